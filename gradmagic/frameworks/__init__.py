@@ -1,0 +1,54 @@
+"""Framework adapters: everything that knows TensorFlow sits behind `Adapter`.
+
+`get_adapter` imports a framework only when asked, so `%load_ext gradmagic`
+stays light, and turns a missing framework into a message saying what to
+install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+from gradmagic.errors import FrameworkUnavailable
+from gradmagic.frameworks.base import Adapter
+
+
+@dataclass(frozen=True)
+class _Known:
+    module: str  # gradmagic's adapter module
+    package: str  # the framework's top-level import name
+    display_name: str
+    extra: str  # gradmagic's extra that installs it
+
+
+_KNOWN = {
+    "tensorflow": _Known("gradmagic.frameworks.tensorflow", "tensorflow", "TensorFlow", "tensorflow"),
+}
+
+#: Names accepted by `get_adapter` (and `%config GradientMagics.framework`).
+NAMES = tuple(_KNOWN)
+
+
+def get_adapter(name: str) -> Adapter:
+    """Return the adapter of framework `name`, importing the framework on first use."""
+    known = _KNOWN[name]
+    try:
+        module = importlib.import_module(known.module)
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] != known.package:
+            raise
+        raise FrameworkUnavailable(
+            f"gradmagic needs {known.display_name} to decorate and check ops, and it is not installed for "
+            f"this kernel's Python ({sys.executable}). Install it with\n"
+            f"    %pip install 'gradmagic[{known.extra}]'\n"
+            f"(or 'gradmagic[{known.extra}-cpu]' for the CPU-only build, or keep a {known.display_name} "
+            "you already have), then restart the kernel."
+        ) from None
+    except Exception as error:
+        raise FrameworkUnavailable(
+            f"{known.display_name} is installed but fails to import ({type(error).__name__}: {error}); "
+            f"try `import {known.package}` in a cell to see the full error."
+        ) from None
+    return module.ADAPTER

@@ -1,0 +1,279 @@
+"""The IPython magics: `%%custom_gradient` and `%gradcheck`.
+
+Thin by design: parse the line, then hand over to `source` (cell to
+function), `frameworks` (function to op) and `inputs` (`ARG=EXPR` to call
+arguments); bind the op and display a summary. Errors in what the user gave
+gradmagic become `UsageError`s; errors raised by the user's code keep their
+traceback, which points at the cell's lines.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from IPython.core import magic_arguments
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
+from traitlets import Bool, Enum
+
+from gradmagic import frameworks, source
+from gradmagic import inputs as example_inputs
+from gradmagic.errors import GradmagicError
+from gradmagic.magic_line import split_words
+from gradmagic.op import OpInfo, attach, info_of
+
+
+@magics_class
+class GradientMagics(Magics):
+    """Magics to write and check custom gradients; settings via `%config GradientMagics`."""
+
+    check = Bool(
+        True,
+        config=True,
+        help="Call each %%custom_gradient op on the example inputs given with --check ARG=EXPR. "
+        "--no-check turns this off for one cell.",
+    )
+    quiet = Bool(False, config=True, help="Display nothing when a cell succeeds (errors are always shown).")
+    framework = Enum(
+        frameworks.NAMES,
+        default_value="tensorflow",
+        config=True,
+        help="The framework whose custom_gradient decorator makes the ops.",
+    )
+
+    @classmethod
+    def unregister(cls, shell) -> None:
+        """Remove these magics and their configurable from `shell`."""
+        manager = shell.magics_manager
+        for kind, names in cls.magics.items():
+            for name in names:
+                manager.magics[kind].pop(name, None)
+        manager.registry.pop(cls.__name__, None)
+        shell.configurables[:] = [c for c in shell.configurables if not isinstance(c, cls)]
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "target",
+        nargs="?",
+        metavar="NAME | NAME(PARAMS)",
+        help="NAME: the def to decorate when the cell defines several. NAME(PARAMS): the signature; "
+        "the cell is then the function's body.",
+    )
+    @magic_arguments.argument(
+        "--check",
+        dest="examples",
+        action="append",
+        default=[],
+        metavar="ARG=EXPR",
+        help="An example input (repeat for each parameter): EXPR is a Python expression evaluated in "
+        "the notebook, spaces allowed. The op is called on these inputs right away.",
+    )
+    @magic_arguments.argument(
+        "--no-check",
+        dest="run_check",
+        action="store_false",
+        default=None,
+        help="Do not call the op on the example inputs (they are still kept for %%gradcheck).",
+    )
+    @magic_arguments.argument("--quiet", action="store_true", default=None, help="Display nothing on success.")
+    @no_var_expand
+    @line_cell_magic
+    def custom_gradient(self, line: str, cell: str | None = None):
+        """Turn the cell into a custom-gradient op, bound in the notebook under its name.
+
+        Definition form: the cell holds the function (imports and helper
+        statements may stand around it); name it on the magic line when the
+        cell defines several::
+
+            %%custom_gradient
+            def log1pexp(x):
+                e = tf.exp(x)
+                def grad(upstream):
+                    return upstream * (1 - 1 / (1 + e))
+                return tf.math.log(1 + e), grad
+
+        Body form: the magic line gives the signature (defaults, *args and
+        keyword-only parameters as in Python) and the cell is the body::
+
+            %%custom_gradient log1pexp(x) --check x=tf.constant([-5., 0., 100.])
+            e = tf.exp(x)
+            def grad(upstream):
+                return upstream * (1 - 1 / (1 + e))
+            return tf.math.log(1 + e), grad
+
+        With --check, the op is called on the example inputs at once, so a
+        broken forward shows up in this cell. An input that can be passed by
+        position is (gradients flow to positional inputs only); for a *args
+        parameter, give a tuple: --check xs=(a, b).
+
+        Line numbers in errors and tracebacks are the cell's, the magic line
+        being line 1. A failing cell keeps nothing it defined: the previous
+        op and variables of the notebook stay exactly as they were.
+
+        Defaults: %config GradientMagics (check, quiet, framework).
+        """
+        __tracebackhide__ = True
+        if cell is None:
+            raise UsageError(
+                "%%custom_gradient is a cell magic: put it on the first line of a cell holding the function "
+                "(see %custom_gradient?)."
+            )
+        options = self._parse(self.custom_gradient, line)
+        run_check = self.check if options.run_check is None else options.run_check
+        quiet = self.quiet if options.quiet is None else options.quiet
+        magic_line = f"%%custom_gradient {line}".rstrip()
+        cell_source = source.Cell(magic_line, cell, self._register_cell(f"{magic_line}\n{cell}"))
+        try:
+            examples = example_inputs.parse_example_inputs(options.examples)
+            adapter = frameworks.get_adapter(self.framework)
+            compiled = source.compile_cell(cell_source, options.target)
+        except GradmagicError as error:
+            raise UsageError(str(error)) from None
+        except SyntaxError as error:
+            raise UsageError(self._syntax_error_message(error)) from None
+
+        namespace = self.shell.user_ns
+        try:
+            with source.UnchangedOnFailure(namespace):
+                function = self._run_cell(compiled, namespace)
+                signature = inspect.signature(function)
+                if examples:
+                    example_inputs.check_names(examples, signature, compiled.name)
+                op = adapter.decorate(function)
+                attach(op, OpInfo(compiled.name, str(signature), adapter.name, compiled.form,
+                                  cell_source.filename, examples))
+                namespace[compiled.name] = op
+                call = ""
+                if run_check and examples:
+                    call = self._call(adapter, op, compiled.name, signature, examples, failure_note=(
+                        f"gradmagic: `{compiled.name}` failed on the example inputs, so it was not (re)defined; "
+                        "the notebook's names are as they were before the cell (--no-check defines the op "
+                        "without calling it)."))
+        except GradmagicError as error:
+            raise UsageError(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
+        if not quiet:
+            print(f"{compiled.name}{signature} is now a {adapter.decorator} op "
+                  f"({adapter.display_name} {adapter.version}).{call}")
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
+    @magic_arguments.argument(
+        "examples",
+        nargs="*",
+        metavar="ARG=EXPR",
+        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
+    )
+    @no_var_expand
+    @line_magic
+    def gradcheck(self, line: str):
+        """Call a custom-gradient op on example inputs: %gradcheck OP ARG=EXPR ...
+
+        OP may be any op of the notebook: made by %%custom_gradient or
+        decorated by hand. Without inputs, the --check inputs of the op's
+        %%custom_gradient cell are used::
+
+            %gradcheck log1pexp x=tf.constant([-5., 0., 100.])
+        """
+        __tracebackhide__ = True
+        options = self._parse(self.gradcheck, line)
+        try:
+            op = self._evaluate_op(options.op)
+            info = info_of(op)
+            examples = example_inputs.parse_example_inputs(options.examples)
+            if not examples and info is not None:
+                examples = info.example_inputs
+            if not examples:
+                raise GradmagicError(f"Give example inputs: `%gradcheck {options.op} x=EXPR ...`.")
+            adapter = frameworks.get_adapter(info.framework if info else self.framework)
+            signature = _signature_of(op, options.op)
+            example_inputs.check_names(examples, signature, options.op)
+            call = self._call(adapter, op, options.op, signature, examples,
+                              failure_note=f"gradmagic: `{options.op}` failed on the example inputs.")
+        except GradmagicError as error:
+            raise UsageError(str(error)) from None
+        print(call.strip())
+
+    def _parse(self, magic, line: str):
+        try:
+            words = split_words(line)
+        except GradmagicError as error:
+            raise UsageError(str(error)) from None
+        return magic.parser.parse_args(words)
+
+    def _register_cell(self, text: str) -> str:
+        """Put the cell in linecache as IPython does, so tracebacks say `Cell In[N], line L`."""
+        return self.shell.compile.cache(text, self._running_cell_number(), raw_code=text)
+
+    def _running_cell_number(self) -> int:
+        """The number IPython gave the cell that runs this magic.
+
+        IPython versions differ in when they advance `execution_count`, so the
+        number is read from the running cell's code: its filename is one that
+        IPython's compiler registered with the number. A magic called from
+        Python, outside any cell, gets `execution_count`.
+        """
+        numbers = getattr(self.shell.compile, "_filename_map", {})
+        frame = inspect.currentframe()
+        while frame is not None:
+            if frame.f_code.co_filename in numbers:
+                return numbers[frame.f_code.co_filename]
+            frame = frame.f_back
+        return self.shell.execution_count
+
+    def _syntax_error_message(self, error: SyntaxError) -> str:
+        """A SyntaxError laid out as IPython shows one in a plain cell."""
+        kind, label = self.shell.compile.format_code_name(error.filename) or ("File", error.filename)
+        lines = [f"SyntaxError in {kind} {label}, line {error.lineno}: {error.msg}"]
+        if error.text:
+            text = error.text.rstrip("\n")
+            stripped = text.lstrip()
+            lines.append(f"    {stripped}")
+            if error.offset:
+                lines.append("    " + " " * max(error.offset - 1 - (len(text) - len(stripped)), 0) + "^")
+        return "\n".join(lines)
+
+    def _run_cell(self, compiled: source.CompiledCell, namespace: dict):
+        __tracebackhide__ = True
+        try:
+            return source.run_compiled_cell(compiled, namespace)
+        except GradmagicError:
+            raise
+        except BaseException as error:
+            _add_note(error, f"gradmagic: the cell failed, so `{compiled.name}` was not (re)defined; "
+                             "the notebook's names are as they were before the cell.")
+            raise
+
+    def _call(self, adapter, op, name: str, signature: inspect.Signature, examples, failure_note: str) -> str:
+        """Call `op` once on the example inputs; return a sentence describing the call."""
+        __tracebackhide__ = True
+        values = example_inputs.evaluate(examples, self.shell.user_ns)
+        args, kwargs = example_inputs.bind(signature, values)
+        try:
+            outputs = adapter.call(op, args, kwargs)
+        except BaseException as error:
+            _add_note(error, failure_note)
+            raise
+        described = ", ".join(f"{key}={adapter.describe(value)}" for key, value in values.items())
+        return f" {name}({described}) returns {adapter.describe(outputs)}."
+
+    def _evaluate_op(self, expression: str):
+        try:
+            op = eval(expression, self.shell.user_ns)  # noqa: S307 - the user's own expression
+        except Exception as error:
+            raise GradmagicError(f"`{expression}` is not an op of the notebook ({type(error).__name__}: {error}).") from None
+        if not callable(op):
+            raise GradmagicError(f"`{expression}` is a {type(op).__name__}, not an op.")
+        return op
+
+
+def _signature_of(op, expression: str) -> inspect.Signature:
+    try:
+        return inspect.signature(op)
+    except (TypeError, ValueError) as error:
+        raise GradmagicError(f"Cannot read the signature of `{expression}`: {error}.") from None
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    # Exception notes exist from Python 3.11 on; IPython shows them under the traceback.
+    if hasattr(error, "add_note"):
+        error.add_note(note)

@@ -1,0 +1,184 @@
+"""Cell text to Python function: the first step of gradmagic's pipeline.
+
+A `%%custom_gradient` cell comes in two forms:
+
+* definition form: the cell holds a `def` (helper statements and imports may
+  stand before or after it); the magic line may name the def to decorate;
+* body form: the magic line gives the signature, `name(params)`, and the cell
+  is the function's body, `return` included.
+
+Line numbers stay as the user sees them, the magic line being line 1, so that
+syntax errors and tracebacks (once the caller has put `Cell.text` in
+`linecache` under `Cell.filename`) point at the user's own lines. The cell is
+compiled once and run once.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from dataclasses import dataclass
+
+from gradmagic.errors import CellError
+
+#: The cell's body starts on line 2: line 1 is the magic line.
+FIRST_BODY_LINE = 2
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A `%%custom_gradient` cell as the user sees it."""
+
+    magic_line: str
+    body: str
+    filename: str
+
+    @property
+    def text(self) -> str:
+        """The whole cell, magic line first, as registered in `linecache`."""
+        return f"{self.magic_line}\n{self.body}"
+
+
+@dataclass(frozen=True)
+class CompiledCell:
+    """A cell compiled to a module whose running defines function `name`."""
+
+    name: str
+    form: str  # "definition" or "body"
+    code: types.CodeType
+
+
+def compile_cell(cell: Cell, target: str | None) -> CompiledCell:
+    """Compile `cell` into code that defines the function to decorate.
+
+    `target` is the magic line's positional word: `None` or a name (definition
+    form), or `name(params)` (body form). Raises `SyntaxError` located in the
+    cell, or `CellError` when the cell does not define a usable function.
+    """
+    if target is not None and "(" in target:
+        return _compile_body_form(cell, target)
+    return _compile_definition_form(cell, target)
+
+
+def _parse_body(cell: Cell) -> ast.Module:
+    # The leading newline makes line numbers those of the cell.
+    return ast.parse("\n" + cell.body, cell.filename)
+
+
+def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
+    tree = _parse_body(cell)
+    functions = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    names = list(dict.fromkeys(node.name for node in functions))
+    if not functions:
+        raise CellError(
+            "The cell defines no function. Write `def name(x): ...` in the cell, or give the "
+            "signature on the magic line (`%%custom_gradient name(x)`) and write only the body."
+        )
+    if target is None:
+        if len(names) > 1:
+            raise CellError(
+                f"The cell defines {len(names)} functions ({', '.join(names)}); name the one to "
+                f"decorate on the magic line, e.g. `%%custom_gradient {names[-1]}`."
+            )
+        name = names[0]
+    elif not target.isidentifier():
+        raise CellError(f"`{target}` is not a function name; write `%%custom_gradient NAME` or `NAME(params)`.")
+    elif target not in names:
+        raise CellError(
+            f"The cell defines no function named `{target}`; it defines {', '.join(names)}. To write only "
+            f"the body instead, give the parameters on the magic line: `%%custom_gradient {target}(x)`."
+        )
+    else:
+        name = target
+    node = [node for node in functions if node.name == name][-1]
+    if isinstance(node, ast.AsyncFunctionDef):
+        raise CellError(f"`{name}` (cell line {node.lineno}) is an `async def`; a custom-gradient op must be a plain `def`.")
+    for decorator in node.decorator_list:
+        if ast.unparse(decorator).split("(")[0].endswith("custom_gradient"):
+            raise CellError(
+                f"`{name}` is already decorated with `@{ast.unparse(decorator)}` (cell line {decorator.lineno}); "
+                "remove that line: the magic applies the decorator itself."
+            )
+    return CompiledCell(name, "definition", compile(tree, cell.filename, "exec"))
+
+
+def _compile_body_form(cell: Cell, target: str) -> CompiledCell:
+    header_source = f"def {target}:\n    pass\n"
+    try:
+        header = ast.parse(header_source)
+    except SyntaxError as error:
+        raise _signature_error(cell, target, error.msg, error.lineno == 1 and error.offset) from None
+    function = header.body[0] if len(header.body) == 1 else None
+    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+        raise _signature_error(cell, target, "expected `name(params)`", None)
+    _shift_columns(function, cell.magic_line.find(target) - len("def "))
+    function.body = _parse_body(cell).body
+    if not function.body:
+        raise CellError(
+            f"The cell is empty: write the body of `{function.name}`, ending with `return outputs, grad`."
+        )
+    module = ast.Module(body=[function], type_ignores=[])
+    return CompiledCell(function.name, "body", compile(module, cell.filename, "exec"))
+
+
+def _signature_error(cell: Cell, target: str, message: str, offset: int | None) -> SyntaxError:
+    """A SyntaxError pointing into the signature on the magic line (line 1)."""
+    column = cell.magic_line.find(target) + 1
+    column += offset - 1 - len("def ") if offset else len(target)
+    return SyntaxError(
+        f"invalid signature on the magic line: {message}", (cell.filename, 1, column, cell.magic_line, 1, column + 1)
+    )
+
+
+def _shift_columns(function: ast.FunctionDef, shift: int) -> None:
+    """Make the signature's column offsets those of the magic line."""
+    for node in ast.walk(function):
+        if hasattr(node, "col_offset"):
+            node.col_offset += shift
+            node.end_col_offset = (node.end_col_offset or node.col_offset) + shift
+
+
+def run_compiled_cell(compiled: CompiledCell, namespace: dict) -> types.FunctionType:
+    """Run the compiled cell in `namespace` and return the function it defined.
+
+    Exceptions from the user's code propagate unchanged, with their traceback
+    in the cell's lines.
+    """
+    __tracebackhide__ = True
+    exec(compiled.code, namespace)
+    function = namespace.get(compiled.name)
+    if not isinstance(function, types.FunctionType):
+        raise CellError(
+            f"After the cell ran, `{compiled.name}` is a {type(function).__name__}, not the function the cell "
+            "defines: a later statement in the cell rebinds that name."
+        )
+    return function
+
+
+_MISSING = object()
+
+
+class UnchangedOnFailure:
+    """Context manager: if the block raises, undo every binding it made in `namespace`.
+
+    A failing cell thereby leaves the user's previous op and variables exactly
+    as they were (the same objects under the same names). In-place mutations
+    of objects cannot be undone and are not attempted.
+    """
+
+    def __init__(self, namespace: dict):
+        self.namespace = namespace
+        self.snapshot: dict = {}
+
+    def __enter__(self) -> UnchangedOnFailure:
+        self.snapshot = dict(self.namespace)
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> bool:
+        if exc_type is not None:
+            for key in [key for key in self.namespace if key not in self.snapshot]:
+                del self.namespace[key]
+            for key, value in self.snapshot.items():
+                if self.namespace.get(key, _MISSING) is not value:
+                    self.namespace[key] = value
+        return False
