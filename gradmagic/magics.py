@@ -10,6 +10,7 @@ traceback, which points at the cell's lines.
 from __future__ import annotations
 
 import inspect
+import linecache
 
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
@@ -224,8 +225,9 @@ class GradientMagics(Magics):
         """A SyntaxError laid out as IPython shows one in a plain cell."""
         kind, label = self.shell.compile.format_code_name(error.filename) or ("File", error.filename)
         lines = [f"SyntaxError in {kind} {label}, line {error.lineno}: {error.msg}"]
-        if error.text:
-            text = error.text.rstrip("\n")
+        # Errors found when compiling the AST (e.g. a duplicate argument) carry no text.
+        text = (error.text or linecache.getline(error.filename, error.lineno or 0)).rstrip("\n")
+        if text:
             stripped = text.lstrip()
             lines.append(f"    {stripped}")
             if error.offset:

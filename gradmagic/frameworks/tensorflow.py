@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable
 
 import tensorflow as tf
@@ -17,30 +18,33 @@ class TensorFlowAdapter:
     decorator = "tf.custom_gradient"
 
     def decorate(self, function: Callable) -> Callable:
-        """Decorate with `tf.custom_gradient`, keyword arguments working in graph mode too.
+        """Decorate with `tf.custom_gradient`; the op also works where TensorFlow's alone fails.
 
-        Eagerly, `tf.custom_gradient` passes keyword arguments through as
-        constants that get no gradient; inside `tf.function` it refuses them
-        ("supports keywords arguments only when eager execution is enabled").
-        The op returned here gives graph mode the eager behaviour, so an op
-        with keyword-only parameters works in both.
+        * Keyword arguments: eagerly, `tf.custom_gradient` passes them through
+          as constants that get no gradient; inside `tf.function` it refuses
+          them ("supports keywords arguments only when eager execution is
+          enabled"). Here graph mode gets the eager behaviour.
+        * AutoGraph: TensorFlow's op exposes the user's function as
+          `__wrapped__`, and a `tf.function` that receives the op as an
+          argument follows it and calls the raw function, which returns
+          `(outputs, grad_fn)` instead of outputs. This op exposes its
+          signature (`__signature__`) but not the raw function, and every call
+          it makes to the user's code goes through `tf.custom_gradient`, which
+          AutoGraph leaves unconverted: the user's code runs as written.
         """
         op = tf.custom_gradient(function)
 
-        # Like the op tf.custom_gradient returns, this wrapper is not converted by
-        # AutoGraph inside tf.function: the user's function runs as written.
-        @tf.autograph.experimental.do_not_convert
-        @functools.wraps(function)
         def custom_gradient_op(*args, **kwargs):
             __tracebackhide__ = True
             if kwargs and not tf.executing_eagerly():
-                def with_keywords(*positional):
-                    return function(*positional, **kwargs)
-
+                with_keywords = functools.partial(function, **kwargs)
                 with_keywords.__name__ = function.__name__
                 return tf.custom_gradient(with_keywords)(*args)
             return op(*args, **kwargs)
 
+        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(custom_gradient_op, attribute, getattr(function, attribute))
+        custom_gradient_op.__signature__ = inspect.signature(function)
         return custom_gradient_op
 
     def call(self, op: Callable, args: list, kwargs: dict) -> Any:

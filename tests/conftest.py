@@ -1,0 +1,120 @@
+"""Shared fixtures: a real IPython shell with gradmagic loaded, and real TensorFlow.
+
+Jupyter, IPython and matplotlib write their config and caches to a temporary
+folder for the whole session, never to the user's home.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+_CONFIG_ROOT = Path(tempfile.mkdtemp(prefix="gradmagic-tests-"))
+ISOLATED_ENV = {
+    "IPYTHONDIR": str(_CONFIG_ROOT / "ipython"),
+    "JUPYTER_CONFIG_DIR": str(_CONFIG_ROOT / "jupyter-config"),
+    "JUPYTER_DATA_DIR": str(_CONFIG_ROOT / "jupyter-data"),
+    "JUPYTER_RUNTIME_DIR": str(_CONFIG_ROOT / "jupyter-runtime"),
+    "MPLCONFIGDIR": str(_CONFIG_ROOT / "matplotlib"),
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+os.environ.update(ISOLATED_ENV)
+
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402 - after the environment is set
+from IPython.utils.capture import capture_output  # noqa: E402
+from traitlets.config import Config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_CONFIG_ROOT, ignore_errors=True)
+
+
+@dataclass
+class CellRun:
+    """What running one cell showed the user."""
+
+    result: object  # IPython's ExecutionResult
+    stdout: str
+    stderr: str
+
+    @property
+    def error(self):
+        return self.result.error_before_exec or self.result.error_in_exec
+
+    @property
+    def shown(self) -> str:
+        return self.stdout + self.stderr
+
+
+class Notebook:
+    """A real IPython shell driven cell by cell, as a notebook drives its kernel."""
+
+    def __init__(self, shell: InteractiveShell):
+        self.shell = shell
+
+    @property
+    def ns(self) -> dict:
+        return self.shell.user_ns
+
+    def run(self, cell: str) -> CellRun:
+        with capture_output(display=False) as captured:
+            result = self.shell.run_cell(cell, store_history=True)
+        return CellRun(result, captured.stdout, captured.stderr)
+
+    def ok(self, cell: str) -> CellRun:
+        """Run a cell that must succeed."""
+        run = self.run(cell)
+        assert run.error is None, f"cell failed:\n{cell}\n--- shown:\n{run.shown}"
+        return run
+
+    def fails(self, cell: str, error_type: type = Exception) -> CellRun:
+        """Run a cell that must fail with `error_type`."""
+        run = self.run(cell)
+        assert isinstance(run.error, error_type), f"expected {error_type.__name__}, got {run.error!r}:\n{run.shown}"
+        return run
+
+    @property
+    def last_cell_number(self) -> int:
+        return self.shell.execution_count - 1
+
+
+@pytest.fixture(scope="session")
+def shell() -> InteractiveShell:
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(colors="nocolor", config=config)
+    yield shell
+    InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def nb(shell) -> Notebook:
+    """A notebook with a fresh namespace, gradmagic loaded and TensorFlow imported as tf."""
+    shell.reset(new_session=False)
+    notebook = Notebook(shell)
+    notebook.ok("%load_ext gradmagic")
+    notebook.ok("import tensorflow as tf\nimport numpy as np")
+    yield notebook
+    shell.run_line_magic("unload_ext", "gradmagic")
+
+
+def run_python(code: str, timeout: float = 120) -> str:
+    """Run `code` in a fresh Python of this environment (for what must start clean)."""
+    import subprocess
+
+    completed = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **ISOLATED_ENV},
+        cwd=ROOT,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
