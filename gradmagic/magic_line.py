@@ -22,18 +22,19 @@ def split_words(line: str) -> list[str]:
     `name (x, y)` stays one word, so a signature may have a space before its
     parenthesis.
     """
+    text = line.strip()
     words: list[str] = []
     word_start = word_end = None
     depth = 0
     try:
-        for token in tokenize.generate_tokens(io.StringIO(line.strip()).readline):
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type in _SKIPPED:
                 continue
             start, end = token.start[1], token.end[1]
             if word_start is None:
                 word_start = start
-            elif depth == 0 and start > word_end and not _opens_call(line.strip(), word_start, word_end, token):
-                words.append(line.strip()[word_start:word_end])
+            elif depth == 0 and start > word_end and not _opens_call(text, word_start, word_end, token):
+                words.append(text[word_start:word_end])
                 word_start = start
             if token.string in _OPENING:
                 depth += 1
@@ -42,10 +43,10 @@ def split_words(line: str) -> list[str]:
             word_end = end
     except (tokenize.TokenError, SyntaxError) as error:
         raise GradmagicError(
-            f"Cannot read the magic line `{line.strip()}`: a bracket or a quote is not closed ({error.args[0]})."
+            f"Cannot read the magic line `{text}`: a bracket or a quote is not closed ({error.args[0]})."
         ) from None
     if word_start is not None:
-        words.append(line.strip()[word_start:word_end])
+        words.append(text[word_start:word_end])
     return words
 
 

@@ -133,9 +133,10 @@ def _signature_error(cell: Cell, target: str, message: str, offset: int | None) 
 def _shift_columns(function: ast.FunctionDef, shift: int) -> None:
     """Make the signature's column offsets those of the magic line."""
     for node in ast.walk(function):
-        if hasattr(node, "col_offset"):
+        if getattr(node, "col_offset", None) is not None:
             node.col_offset += shift
-            node.end_col_offset = (node.end_col_offset or node.col_offset) + shift
+        if getattr(node, "end_col_offset", None) is not None:
+            node.end_col_offset += shift
 
 
 def run_compiled_cell(compiled: CompiledCell, namespace: dict) -> types.FunctionType:

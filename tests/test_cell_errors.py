@@ -12,6 +12,13 @@ def op(x):
     return x * 3, lambda dy: dy * 3
 """
 
+GRAD_USING_A_MISSING_NAME = """%%custom_gradient
+def op(x):
+    def grad(dy):
+        return dy * missing_name
+    return x * 2, grad
+"""
+
 
 @pytest.fixture
 def previous_op(nb):
@@ -96,14 +103,7 @@ def op(x):
 
 
 def test_exception_in_grad_names_the_line_eagerly(nb):
-    nb.ok(
-        """%%custom_gradient
-def op(x):
-    def grad(dy):
-        return dy * missing_name
-    return x * 2, grad
-"""
-    )
+    nb.ok(GRAD_USING_A_MISSING_NAME)
     defining_cell = nb.last_cell_number
     run = nb.fails(
         """x = tf.constant(1.)
@@ -119,14 +119,7 @@ tape.gradient(y, x)
 
 
 def test_exception_in_grad_inside_tf_function_names_the_line(nb):
-    nb.ok(
-        """%%custom_gradient
-def op(x):
-    def grad(dy):
-        return dy * missing_name
-    return x * 2, grad
-"""
-    )
+    nb.ok(GRAD_USING_A_MISSING_NAME)
     defining_cell = nb.last_cell_number
     filename = info_of(nb.ns["op"]).filename
     run = nb.fails(
