@@ -5,13 +5,34 @@ In IPython or Jupyter::
     %load_ext gradmagic
 
 then a ``%%custom_gradient`` cell turns its code into a ``tf.custom_gradient``
-op bound in the notebook (see ``%custom_gradient?``).
+op bound in the notebook and checked (see ``%custom_gradient?``). In Python::
+
+    report = gradmagic.check(op, x)        # a Report: report.ok, report.problems, report.to_dict()
+    gradmagic.assert_gradient(op, x)       # for test suites
 
 Loading the extension imports no framework: TensorFlow is imported the first
 time a magic needs it.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["check", "assert_gradient", "CheckOptions", "Report", "load_ipython_extension", "unload_ipython_extension"]
+
+_LAZY = {
+    "check": "gradmagic.checking",
+    "assert_gradient": "gradmagic.checking",
+    "CheckOptions": "gradmagic.checking",
+    "Report": "gradmagic.report",
+}
+
+
+def __getattr__(name):
+    # The public API is imported on first use, so `import gradmagic` and `%load_ext` stay light.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gradmagic' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython):

@@ -1,10 +1,11 @@
 """The IPython magics: `%%custom_gradient` and `%gradcheck`.
 
 Thin by design: parse the line, then hand over to `source` (cell to
-function), `frameworks` (function to op) and `inputs` (`ARG=EXPR` to call
-arguments); bind the op and display a summary. Errors in what the user gave
-gradmagic become `UsageError`s; errors raised by the user's code keep their
-traceback, which points at the cell's lines.
+function), `frameworks` (function to op), `inputs` (`ARG=EXPR` to call
+arguments) and `checking` (op to Report); bind the op and return the Report
+for IPython to display. Errors in what the user gave gradmagic become
+`UsageError`s; errors raised by the user's code while the cell defines the op
+keep their traceback, which points at the cell's lines.
 """
 
 from __future__ import annotations
@@ -15,13 +16,21 @@ import linecache
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
-from traitlets import Bool, Enum
+from traitlets import Bool, Enum, Float, Int
 
 from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.errors import GradmagicError
 from gradmagic.magic_line import split_words
 from gradmagic.op import OpInfo, attach, info_of
+
+
+def _tolerance_arguments(magic):
+    """--rtol, --atol, --eps, shared by both magics (defaults: the traits of the same names)."""
+    for flag in ("--eps", "--atol", "--rtol"):
+        magic = magic_arguments.argument(flag, type=float, default=None, metavar="X",
+                                         help=f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})")(magic)
+    return magic
 
 
 @magics_class
@@ -31,10 +40,20 @@ class GradientMagics(Magics):
     check = Bool(
         True,
         config=True,
-        help="Call each %%custom_gradient op on the example inputs given with --check ARG=EXPR. "
+        help="Check each %%custom_gradient op at the example inputs given with --check ARG=EXPR. "
         "--no-check turns this off for one cell.",
     )
-    quiet = Bool(False, config=True, help="Display nothing when a cell succeeds (errors are always shown).")
+    quiet = Bool(False, config=True, help="Display nothing when an op is defined and its check passes.")
+    rtol = Float(None, allow_none=True, config=True,
+                 help="Relative tolerance of the finite-difference comparison (None: by dtype, 1e-5 in float64).")
+    atol = Float(None, allow_none=True, config=True,
+                 help="Absolute tolerance of the finite-difference comparison (None: by dtype, 1e-8 in float64).")
+    eps = Float(None, allow_none=True, config=True,
+                help="Relative finite-difference step (None: machine epsilon ** (1/3) of the dtype).")
+    full_threshold = Int(2000, config=True,
+                         help="Up to this many input elements, dense Jacobians are compared; above, random projections.")
+    probes = Int(4, config=True, help="Random directions in projection mode.")
+    seed = Int(0, config=True, help="Seed of the random upstream gradients and directions.")
     framework = Enum(
         frameworks.NAMES,
         default_value="tensorflow",
@@ -76,7 +95,9 @@ class GradientMagics(Magics):
         default=None,
         help="Do not call the op on the example inputs (they are still kept for %%gradcheck).",
     )
-    @magic_arguments.argument("--quiet", action="store_true", default=None, help="Display nothing on success.")
+    @magic_arguments.argument("--quiet", action="store_true", default=None,
+                              help="Display nothing when the op is defined and its check passes.")
+    @_tolerance_arguments
     @no_var_expand
     @line_cell_magic
     def custom_gradient(self, line: str, cell: str | None = None):
@@ -102,16 +123,18 @@ class GradientMagics(Magics):
                 return upstream * (1 - 1 / (1 + e))
             return tf.math.log(1 + e), grad
 
-        With --check, the op is called on the example inputs at once, so a
-        broken forward shows up in this cell. An input that can be passed by
-        position is (gradients flow to positional inputs only); for a *args
-        parameter, give a tuple: --check xs=(a, b).
+        With --check, the op is checked at the example inputs and the report
+        is displayed: structure (what tf.custom_gradient accepts silently),
+        finite differences and autodiff. The op is bound even when its check
+        fails, so it can be inspected. An input that can be passed by position
+        is (gradients flow to positional inputs only); for a *args parameter,
+        give a tuple: --check xs=(a, b).
 
         Line numbers in errors and tracebacks are the cell's, the magic line
         being line 1. A failing cell keeps nothing it defined: the previous
         op and variables of the notebook stay exactly as they were.
 
-        Defaults: %config GradientMagics (check, quiet, framework).
+        Defaults: %config GradientMagics (check, quiet, rtol, atol, eps, ...).
         """
         __tracebackhide__ = True
         if cell is None:
@@ -142,19 +165,21 @@ class GradientMagics(Magics):
                     example_inputs.check_names(examples, signature, compiled.name)
                 op = adapter.decorate(function)
                 attach(op, OpInfo(compiled.name, str(signature), adapter.name, compiled.form,
-                                  cell_source.filename, examples))
+                                  cell_source.filename, examples, function))
                 namespace[compiled.name] = op
-                call = ""
+                arguments = None
                 if run_check and examples:
-                    call = self._call(adapter, op, compiled.name, signature, examples, failure_note=(
-                        f"gradmagic: `{compiled.name}` failed on the example inputs, so it was not (re)defined; "
-                        "the notebook's names are as they were before the cell (--no-check defines the op "
-                        "without calling it)."))
+                    values = example_inputs.evaluate(examples, namespace)
+                    arguments = example_inputs.bind(signature, values)
         except GradmagicError as error:
             raise UsageError(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
-        if not quiet:
-            print(f"{compiled.name}{signature} is now a {adapter.decorator} op "
-                  f"({adapter.display_name} {adapter.version}).{call}")
+        if arguments is None:
+            if not quiet:
+                print(f"{compiled.name}{signature} is now a {adapter.decorator} op "
+                      f"({adapter.display_name} {adapter.version}).")
+            return None
+        report = self._check(op, arguments, adapter.name, options)
+        return None if quiet and report.ok else report
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
@@ -164,16 +189,20 @@ class GradientMagics(Magics):
         metavar="ARG=EXPR",
         help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
     )
+    @_tolerance_arguments
     @no_var_expand
     @line_magic
     def gradcheck(self, line: str):
-        """Call a custom-gradient op on example inputs: %gradcheck OP ARG=EXPR ...
+        """Check a custom-gradient op at example inputs and show the report: %gradcheck OP ARG=EXPR ...
 
-        OP may be any op of the notebook: made by %%custom_gradient or
-        decorated by hand. Without inputs, the --check inputs of the op's
+        OP may be any op of the notebook: made by %%custom_gradient, decorated
+        with tf.custom_gradient by hand, or a plain function returning
+        (outputs, grad_fn). Without inputs, the --check inputs of the op's
         %%custom_gradient cell are used::
 
             %gradcheck log1pexp x=tf.constant([-5., 0., 100.])
+
+        The report is the magic's value: `report = %gradcheck ...` keeps it.
         """
         __tracebackhide__ = True
         options = self._parse(self.gradcheck, line)
@@ -185,14 +214,12 @@ class GradientMagics(Magics):
                 examples = info.example_inputs
             if not examples:
                 raise GradmagicError(f"Give example inputs: `%gradcheck {options.op} x=EXPR ...`.")
-            adapter = frameworks.get_adapter(info.framework if info else self.framework)
             signature = _signature_of(op, options.op)
             example_inputs.check_names(examples, signature, options.op)
-            call = self._call(adapter, op, options.op, signature, examples,
-                              failure_note=f"gradmagic: `{options.op}` failed on the example inputs.")
+            arguments = example_inputs.bind(signature, example_inputs.evaluate(examples, self.shell.user_ns))
+            return self._check(op, arguments, info.framework if info else self.framework, options)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
-        print(call.strip())
 
     def _parse(self, magic, line: str):
         try:
@@ -245,18 +272,15 @@ class GradientMagics(Magics):
                              "the notebook's names are as they were before the cell.")
             raise
 
-    def _call(self, adapter, op, name: str, signature: inspect.Signature, examples, failure_note: str) -> str:
-        """Call `op` once on the example inputs; return a sentence describing the call."""
-        __tracebackhide__ = True
-        values = example_inputs.evaluate(examples, self.shell.user_ns)
-        args, kwargs = example_inputs.bind(signature, values)
-        try:
-            outputs = adapter.call(op, args, kwargs)
-        except BaseException as error:
-            _add_note(error, failure_note)
-            raise
-        described = ", ".join(f"{key}={adapter.describe(value)}" for key, value in values.items())
-        return f" {name}({described}) returns {adapter.describe(outputs)}."
+    def _check(self, op, arguments: tuple[list, dict], framework: str, options):
+        """Run the check engine with the line's options over the traits' defaults."""
+        from gradmagic.checking import check
+
+        args, kwargs = arguments
+        settings = {name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
+                    for name in ("rtol", "atol", "eps")}
+        return check(op, *args, kwargs=kwargs, framework=framework, full_threshold=self.full_threshold,
+                     probes=self.probes, seed=self.seed, **settings)
 
     def _evaluate_op(self, expression: str):
         try:

@@ -87,19 +87,19 @@ def op(x):
     assert_unchanged(nb, previous_op)
 
 
-def test_forward_failing_on_the_example_inputs_names_the_line_and_keeps_the_old_op(nb, previous_op):
-    run = nb.fails(
+def test_forward_failing_on_the_example_inputs_is_reported_with_its_cell_line(nb, previous_op):
+    """The cell defines the op; its check at the example inputs reports where the forward fails."""
+    run = nb.ok(
         """%%custom_gradient --check x=tf.constant([1., 2.])
 def op(x):
     e = tf.exp(x)
     y = tf.math.log(1 + e) + undefined_name
     return y, lambda dy: dy
-""",
-        NameError,
+"""
     )
-    assert cell_frame(run, nb, 4) and "----> 4     y = tf.math.log(1 + e) + undefined_name" in run.shown
-    assert "`op` failed on the example inputs, so it was not (re)defined" in run.shown
-    assert_unchanged(nb, previous_op)
+    assert f"forward-error (Cell In[{nb.last_cell_number}], line 4)" in run.stdout
+    assert "NameError: name 'undefined_name' is not defined." in run.stdout
+    assert nb.ns["op"] is not previous_op[0] and nb.ns["weights"] is previous_op[1]
 
 
 def test_exception_in_grad_names_the_line_eagerly(nb):

@@ -1,16 +1,77 @@
-"""The interface between gradmagic and a framework."""
+"""The interface between gradmagic and a framework, and the plain types it hands back."""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Shape and dtype of a tensor, in framework-neutral terms."""
+
+    shape: tuple[int | None, ...]
+    dtype: str
+    floating: bool
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([d or 0 for d in self.shape])) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """An op resolved for checking: the raw function and the decorated op."""
+
+    raw: Callable  # returns (outputs, grad_fn)
+    op: Callable  # the custom-gradient op
+    origin: str  # "magic" | "decorated" | "plain"
+    name: str
+    signature: inspect.Signature | None
+    filename: str | None  # where `raw` was written: a cell's linecache name or a file
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The inputs of one check, flattened: what is perturbed and in which order.
+
+    The perturbed vector `z` is the perturbable inputs (floating leaves of the
+    positional arguments, flattened in order) followed by the variables.
+    """
+
+    structure: Any  # the positional arguments, leaves as given
+    kwargs: dict
+    inputs: tuple[Any, ...]  # flat input leaves (framework tensors)
+    perturbable: tuple[int, ...]  # indices into `inputs`
+    variables: tuple[Any, ...]  # framework variables read by the forward
+
+    def sizes(self, meta: Callable[[Any], TensorMeta]) -> list[int]:
+        return [meta(self.inputs[k]).size for k in self.perturbable] + [meta(v).size for v in self.variables]
+
+
+@dataclass(frozen=True)
+class FullJacobians:
+    """Dense results for the full-Jacobian mode, rows are output elements, columns perturbed elements."""
+
+    # [4N+1, M]: f(z), then f(z + h_i e_i), f(z - h_i e_i), f(z + h_i e_i / 2), f(z - h_i e_i / 2), each for every i
+    evaluations: np.ndarray | None
+    custom: np.ndarray  # [M, N] through the custom gradient
+    autodiff: np.ndarray | None  # [M, N] through the forward's own ops; None if autodiff failed
+
+
+@dataclass(frozen=True)
+class Projections:
+    """Projection-mode results for K directions d_k and one upstream vector u."""
+
+    differences: np.ndarray  # [K]: u . (f(z + d_k) - f(z - d_k)) / 2
+    rounding: np.ndarray  # [K]: eps * u . (|f(z + d_k)| + |f(z - d_k)|) / 2, the rounding bound of the above
 
 
 class Adapter(Protocol):
-    """What gradmagic needs from a framework; the rest of the package imports none.
-
-    Later steps of the pipeline add the vector-Jacobian product, conversion to
-    NumPy and graph tracing here.
-    """
+    """What gradmagic needs from a framework; the rest of the package imports none."""
 
     #: Short name, as in `get_adapter(name)`: "tensorflow".
     name: str
@@ -29,3 +90,51 @@ class Adapter(Protocol):
 
     def describe(self, value: Any) -> str:
         """A short description of a value or a nested structure: `float32[2,3]`, `(float32[], int32[4])`."""
+
+    def resolve(self, op: Callable) -> Target:
+        """Find the raw function behind `op` (made by gradmagic, decorated by hand, or plain)."""
+
+    def to_tensors(self, structure: Any) -> Any:
+        """Convert the leaves of `structure` to tensors (TypeError/ValueError if one cannot be)."""
+
+    def flatten(self, structure: Any) -> list:
+        """The leaves of a nested structure, `None` included."""
+
+    def pack(self, structure: Any, leaves: list) -> Any:
+        """The inverse of `flatten`."""
+
+    def leaf_paths(self, structure: Any) -> list[str]:
+        """`[0]['a']`-style paths of the leaves, in `flatten` order ("" for a leaf itself)."""
+
+    def meta(self, value: Any) -> TensorMeta | None:
+        """Shape and dtype of a tensor or variable; None for anything else."""
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        """A tensor or variable as a NumPy array."""
+
+    def run_recording_variables(self, call: Callable[[], Any], exclude: list) -> tuple[Any, list]:
+        """Run `call()` eagerly; return its result and the variables it read (minus `exclude`)."""
+
+    def variable_name(self, variable: Any) -> str:
+        """A readable name of a variable."""
+
+    def constant(self, array: np.ndarray, dtype: str) -> Any:
+        """A tensor holding `array` in `dtype`."""
+
+    def cast(self, value: Any, dtype: str) -> Any:
+        """A floating tensor cast to `dtype`."""
+
+    def machine_epsilon(self, dtype: str) -> float:
+        """The machine epsilon of a floating dtype."""
+
+    def decorated_gradients(self, target: Target, layout: Layout, upstreams: list, in_function: bool) -> tuple[list, list]:
+        """Outputs and gradients (inputs then variables) of the decorated op, eagerly or in a compiled function."""
+
+    def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
+        """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call each."""
+
+    def projections(self, target: Target, layout: Layout, directions: np.ndarray, upstream: np.ndarray) -> Projections:
+        """Central differences along each direction, projected on `upstream`, in one compiled call."""
+
+    def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The custom and the autodiff vector-Jacobian products for `upstream` (flattened over z)."""

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
+from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
+
+from gradmagic.frameworks.base import FullJacobians, Layout, Projections, Target, TensorMeta
+from gradmagic.op import info_of
 
 
 class TensorFlowAdapter:
@@ -67,6 +73,260 @@ class TensorFlowAdapter:
             return f"{dtype}[{dims}]"
         text = repr(value)
         return text if len(text) <= 40 else f"{type(value).__name__}"
+
+    # -- checking ---------------------------------------------------------------
+
+    def resolve(self, op: Callable) -> Target:
+        """The raw function behind a gradmagic op, a hand-decorated op, or a plain function."""
+        info = info_of(op)
+        decorator = getattr(op, "_tf_decorator", None)
+        if info is not None:
+            raw, origin = info.function, "magic"
+        elif decorator is not None and decorator.decorator_name == "custom_gradient":
+            raw, origin = decorator.decorated_target, "decorated"
+        else:
+            raw, origin = op, "plain"
+            op = _decorated_plain_functions.get(raw) or _decorated_plain_functions.setdefault(raw, self.decorate(raw))
+        try:
+            signature = inspect.signature(raw)
+        except (TypeError, ValueError):
+            signature = None
+        code = getattr(raw, "__code__", None)
+        return Target(raw, op, origin, getattr(raw, "__name__", type(raw).__name__), signature,
+                      code.co_filename if code else None)
+
+    def to_tensors(self, structure: Any) -> Any:
+        return tf.nest.map_structure(tf.convert_to_tensor, structure)
+
+    def flatten(self, structure: Any) -> list:
+        return tf.nest.flatten(structure)
+
+    def pack(self, structure: Any, leaves: list) -> Any:
+        return tf.nest.pack_sequence_as(structure, leaves)
+
+    def leaf_paths(self, structure: Any) -> list[str]:
+        """`[0]['a']`-style paths of the leaves, in `flatten` order ("" for a leaf itself)."""
+        return ["".join(f"[{step!r}]" for step in path) for path, _ in nest.flatten_with_tuple_paths(structure)]
+
+    def meta(self, value: Any) -> TensorMeta | None:
+        if not isinstance(value, (tf.Tensor, tf.Variable, np.ndarray)):
+            return None
+        dtype = tf.as_dtype(value.dtype)
+        return TensorMeta(tuple(value.shape), dtype.name, dtype.is_floating)
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+    def run_recording_variables(self, call: Callable[[], Any], exclude: list) -> tuple[Any, list]:
+        # The trainable variables a tape watches are those tf.custom_gradient hands to grad_fn.
+        with tf.GradientTape() as tape:
+            result = call()
+        return result, [v for v in tape.watched_variables() if not any(v is other for other in exclude)]
+
+    def variable_name(self, variable: Any) -> str:
+        return variable.name.removesuffix(":0")
+
+    def constant(self, array: np.ndarray, dtype: str) -> Any:
+        return tf.constant(array, dtype=dtype)
+
+    def cast(self, value: Any, dtype: str) -> Any:
+        return tf.cast(value, dtype)
+
+    def machine_epsilon(self, dtype: str) -> float:
+        return float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).eps)
+
+    def decorated_gradients(self, target: Target, layout: Layout, upstreams: list, in_function: bool) -> tuple[list, list]:
+        def run(inputs, upstreams):
+            watched = [inputs[k] for k in layout.perturbable]
+            with tf.GradientTape() as tape:
+                tape.watch(watched)
+                outputs = target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs)
+            flat = tf.nest.flatten(outputs)
+            gradients = tape.gradient(flat, watched + list(layout.variables), output_gradients=upstreams,
+                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return flat, gradients
+
+        if in_function:
+            run = self._compiled(target, layout, "decorated_gradients", lambda: tf.function(run))
+        outputs, gradients = run(list(layout.inputs), list(upstreams))
+        return [o.numpy() for o in outputs], [g.numpy() for g in gradients]
+
+    def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
+        def compute(inputs, z, steps):
+            custom = _jacobian(layout, inputs, target.op)
+            try:
+                autodiff = _jacobian(layout, inputs, lambda *a, **k: target.raw(*a, **k)[0])
+            except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
+                autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
+            evaluations = tf.zeros([0, 0], z.dtype)
+            if with_differences:
+                identity = tf.linalg.diag(steps)
+                half = identity / 2
+                points = tf.concat([z[None], z[None] + identity, z[None] - identity, z[None] + half, z[None] - half],
+                                   axis=0)
+                evaluations = _map(layout, lambda point: _forward_vector(target, layout, inputs, point), points)
+                _assign_variables(layout, z)
+            return evaluations, custom, autodiff
+
+        with_differences = steps is not None
+        compiled = self._compiled(target, layout, f"full_jacobians/{with_differences}", lambda: tf.function(compute))
+        z = self.initial_vector(layout)
+        with _variables_restored(layout):
+            evaluations, custom, autodiff = compiled(
+                list(layout.inputs), tf.constant(z), tf.constant(steps if with_differences else z, z.dtype))
+        autodiff = autodiff.numpy()
+        return FullJacobians(evaluations.numpy() if with_differences else None, custom.numpy(),
+                             None if np.isnan(autodiff).all() and autodiff.size else autodiff)
+
+    def projections(self, target: Target, layout: Layout, directions: np.ndarray, upstream: np.ndarray) -> Projections:
+        def compute(inputs, z, directions, upstream):
+            def along(direction):
+                plus = _forward_vector(target, layout, inputs, z + direction)
+                minus = _forward_vector(target, layout, inputs, z - direction)
+                eps = np.finfo(plus.dtype.as_numpy_dtype).eps
+                return tf.stack([
+                    tf.reduce_sum(upstream * (plus - minus)) / 2,
+                    eps * tf.reduce_sum(tf.abs(upstream) * (tf.abs(plus) + tf.abs(minus))) / 2,
+                ])
+
+            results = tf.map_fn(along, directions)
+            _assign_variables(layout, z)
+            return results
+
+        compiled = self._compiled(target, layout, "projections", lambda: tf.function(compute))
+        z = self.initial_vector(layout)
+        with _variables_restored(layout):
+            results = compiled(list(layout.inputs), tf.constant(z), tf.constant(directions, z.dtype),
+                               tf.constant(upstream, z.dtype)).numpy()
+        return Projections(results[:, 0], results[:, 1])
+
+    def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        def compute(inputs, upstream):
+            custom = _vjp(layout, inputs, target.op, upstream)
+            try:
+                autodiff = _vjp(layout, inputs, lambda *a, **k: target.raw(*a, **k)[0], upstream)
+            except (LookupError, TypeError, ValueError):
+                autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
+            return custom, autodiff
+
+        compiled = self._compiled(target, layout, "vjps", lambda: tf.function(compute))
+        custom, autodiff = compiled(list(layout.inputs), tf.constant(upstream))
+        autodiff = autodiff.numpy()
+        return custom.numpy(), None if np.isnan(autodiff).all() and autodiff.size else autodiff
+
+    def initial_vector(self, layout: Layout) -> np.ndarray:
+        """z: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
+        parts = [np.ravel(self.to_numpy(layout.inputs[k])) for k in layout.perturbable]
+        parts += [np.ravel(v.numpy()) for v in layout.variables]
+        dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.float32
+        return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
+
+    def _compiled(self, target: Target, layout: Layout, kind: str, make: Callable[[], Callable]) -> Callable:
+        """A compiled function for this op and input layout, traced once and reused by later checks."""
+        key = (
+            kind,
+            id(target.op),
+            str(tf.nest.map_structure(lambda leaf: (tuple(leaf.shape), leaf.dtype.name), layout.structure)),
+            layout.perturbable,
+            tuple(id(v) for v in layout.variables),
+            tuple(sorted((name, id(value)) for name, value in layout.kwargs.items())),
+        )
+        per_function = _compiled_functions.setdefault(target.raw, {})
+        if key not in per_function:
+            per_function[key] = make()
+        return per_function[key]
+
+
+# Keyed by the raw function: an op redefined in the notebook drops its entries.
+_compiled_functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_decorated_plain_functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _sources(layout: Layout, inputs: list) -> list:
+    return [inputs[k] for k in layout.perturbable] + list(layout.variables)
+
+
+def _flat_outputs(outputs: Any, dtype: tf.DType) -> tf.Tensor:
+    """The floating outputs, flattened and concatenated, in `dtype`."""
+    leaves = [tf.reshape(tf.cast(o, dtype), [-1]) for o in tf.nest.flatten(outputs) if o.dtype.is_floating]
+    return tf.concat(leaves, axis=0) if leaves else tf.zeros([0], dtype)
+
+
+def _z_dtype(layout: Layout, inputs: list) -> tf.DType:
+    dtypes = [inputs[k].dtype for k in layout.perturbable] + [v.dtype for v in layout.variables]
+    return tf.float64 if tf.float64 in dtypes else (dtypes[0] if dtypes else tf.float32)
+
+
+def _jacobian(layout: Layout, inputs: list, forward: Callable) -> tf.Tensor:
+    """[M, N] Jacobian of the flat floating outputs of `forward` with respect to z."""
+    sources = _sources(layout, inputs)
+    dtype = _z_dtype(layout, inputs)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([inputs[k] for k in layout.perturbable])
+        flat = _flat_outputs(forward(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs), dtype)
+    try:
+        blocks = tape.jacobian(flat, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    except ValueError:  # pfor cannot vectorise some op: fall back to a loop, still in one compiled call
+        blocks = tape.jacobian(flat, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                               experimental_use_pfor=False)
+    size = tf.size(flat)
+    return tf.concat([tf.cast(tf.reshape(block, [size, -1]), dtype) for block in blocks], axis=1)
+
+
+def _vjp(layout: Layout, inputs: list, forward: Callable, upstream: tf.Tensor) -> tf.Tensor:
+    """The flat vector-Jacobian product of `forward` for the flat upstream vector."""
+    sources = _sources(layout, inputs)
+    with tf.GradientTape() as tape:
+        tape.watch([inputs[k] for k in layout.perturbable])
+        flat = _flat_outputs(forward(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs),
+                             upstream.dtype)
+    gradients = tape.gradient(flat, sources, output_gradients=upstream,
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return tf.concat([tf.reshape(tf.cast(g, upstream.dtype), [-1]) for g in gradients], axis=0)
+
+
+def _forward_vector(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
+    """The raw forward at the point z (variables assigned from z's tail), flattened, in z's dtype."""
+    leaves = list(inputs)
+    offset = 0
+    for k in layout.perturbable:
+        size = int(np.prod(inputs[k].shape))
+        leaves[k] = tf.cast(tf.reshape(z[offset:offset + size], inputs[k].shape), inputs[k].dtype)
+        offset += size
+    _assign_variables(layout, z, offset)
+    outputs, _ = target.raw(*tf.nest.pack_sequence_as(layout.structure, leaves), **layout.kwargs)
+    return _flat_outputs(outputs, z.dtype)
+
+
+def _assign_variables(layout: Layout, z: tf.Tensor, offset: int | None = None) -> None:
+    if offset is None:
+        offset = int(z.shape[0]) - sum(int(np.prod(v.shape)) for v in layout.variables)
+    for variable in layout.variables:
+        size = int(np.prod(variable.shape))
+        variable.assign(tf.cast(tf.reshape(z[offset:offset + size], variable.shape), variable.dtype))
+        offset += size
+
+
+def _map(layout: Layout, function: Callable, points: tf.Tensor) -> tf.Tensor:
+    """`function` over the rows of `points` in one compiled call: vectorised, or a loop when variables are assigned."""
+    if layout.variables:
+        return tf.map_fn(function, points)
+    return tf.vectorized_map(function, points, fallback_to_while_loop=True)
+
+
+class _variables_restored:
+    """Put the variables back exactly as they were, whatever happens in between."""
+
+    def __init__(self, layout: Layout):
+        self.saved = [(v, v.numpy()) for v in layout.variables]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        for variable, value in self.saved:
+            variable.assign(value)
+        return False
 
 
 ADAPTER = TensorFlowAdapter()

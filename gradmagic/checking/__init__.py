@@ -1,0 +1,179 @@
+"""The check engine: `check(op, *args)` turns a custom gradient into a `Report`.
+
+Structure checks come first (what TensorFlow accepts silently), then the
+op eagerly against `tf.function`, then numbers: finite differences and
+autodiff. `check` never raises because the user's op is broken: every failure
+becomes a problem in the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from gradmagic.checking import numeric, projection
+from gradmagic.checking.structure import CheckInputs, Findings, check_structure, name_inputs
+from gradmagic.frameworks import get_adapter
+from gradmagic.frameworks.base import Adapter, Layout, Target
+from gradmagic.report import Numerics, OpDescription, Report
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Options of `check` (and defaults of `%config GradientMagics`)."""
+
+    rtol: float | None = None  # relative tolerance; None: by dtype (float64 1e-5, float32 2e-2)
+    atol: float | None = None  # absolute tolerance; None: by dtype (float64 1e-8, float32 1e-3)
+    eps: float | None = None  # relative finite-difference step; None: machine epsilon ** (1/3)
+    full_threshold: int = 2000  # perturbed elements up to which dense Jacobians are compared
+    probes: int = 4  # projection mode: random directions
+    seed: int = 0  # random upstream gradients and directions
+    float64: bool = True  # run finite differences in float64 when the op accepts it
+    graph: bool = True  # also run the op inside tf.function and compare
+
+
+def check(op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", **options: Any) -> Report:
+    """Check the custom gradient of `op` at the example inputs `args`.
+
+    `op` may be an op made by `%%custom_gradient`, a function decorated with
+    `tf.custom_gradient` by hand, or a plain function returning
+    `(outputs, grad_fn)`. `kwargs` are keyword arguments for the op (they get
+    no gradient). `options` are the fields of `CheckOptions`.
+    """
+    started = time.perf_counter()
+    settings = CheckOptions(**options)
+    adapter = get_adapter(framework)
+    target = adapter.resolve(op)
+    source = _source_label(target.filename)
+    findings = Findings(target, source)
+    timings: dict[str, float] = {}
+    description = OpDescription(
+        target.name, str(target.signature) if target.signature else "(...)", adapter.name, adapter.version,
+        target.origin, "eager", source,
+    )
+    numerics = Numerics(mode="skipped", skipped_because="structure errors")
+
+    inputs = _prepare_inputs(adapter, target, args, dict(kwargs or {}), findings)
+    if inputs is not None:
+        trial = check_structure(adapter, target, inputs, settings.seed, findings)
+        timings["structure"] = time.perf_counter() - started
+        if trial is not None and not findings.failed:
+            layout = Layout(inputs.structure, inputs.kwargs, tuple(inputs.leaves),
+                            tuple(k for k, meta in enumerate(inputs.metas) if meta.floating), tuple(trial.variables))
+            if settings.graph:
+                mark = time.perf_counter()
+                _compare_graph(adapter, target, layout, trial, findings)
+                timings["graph"] = time.perf_counter() - mark
+            if not findings.failed:
+                mark = time.perf_counter()
+                numerics = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings)
+                timings["numerics"] = time.perf_counter() - mark
+    timings["total"] = time.perf_counter() - started
+    return Report(description, tuple(findings.problems), tuple(findings.rows), numerics, timings,
+                  dataclasses.asdict(settings))
+
+
+def assert_gradient(op: Callable, *args: Any, **options: Any) -> Report:
+    """`check` for test suites: raise AssertionError with the report's text unless it passes."""
+    from gradmagic.render.text import render_text
+
+    report = check(op, *args, **options)
+    if not report.ok:
+        raise AssertionError(render_text(report))
+    return report
+
+
+def _source_label(filename: str | None) -> str | None:
+    """IPython's name for a cell of the running shell ("Cell In[3]"), else the file name."""
+    ipython = sys.modules.get("IPython")  # never imported here: only used when already running
+    shell = ipython.get_ipython() if ipython is not None else None
+    compiler = getattr(shell, "compile", None)
+    label = compiler.format_code_name(filename) if filename and hasattr(compiler, "format_code_name") else None
+    return " ".join(label) if label else filename
+
+
+def _prepare_inputs(adapter: Adapter, target: Target, args: tuple, kwargs: dict, findings: Findings) -> CheckInputs | None:
+    names = name_inputs(adapter, target.signature, args)
+    try:
+        structure = adapter.to_tensors(args)
+    except (TypeError, ValueError) as error:
+        findings.add("input-type", "error",
+                     f"An example input cannot become a tensor ({type(error).__name__}: {str(error).splitlines()[0]}). "
+                     "Give tensors, NumPy arrays or Python numbers.")
+        return None
+    leaves = adapter.flatten(structure)
+    return CheckInputs(structure, kwargs, leaves, names, [adapter.meta(leaf) for leaf in leaves])
+
+
+def _compare_graph(adapter: Adapter, target: Target, layout: Layout, trial, findings: Findings) -> None:
+    """The decorated op through TensorFlow's own gradient machinery, eagerly and in tf.function."""
+    results = {}
+    for mode, in_function in (("eagerly", False), ("inside tf.function", True)):
+        try:
+            results[mode] = adapter.decorated_gradients(target, layout, trial.upstreams, in_function)
+        except Exception as error:  # TensorFlow's own error about the user's op
+            first = " ".join(str(error).strip().splitlines()[:4])
+            if mode == "eagerly":
+                findings.add("grad-error", "error",
+                             f"Taking the gradient of `{target.name}` with TensorFlow fails: {type(error).__name__}: {first}")
+            else:
+                findings.add("graph-mismatch", "error",
+                             f"`{target.name}` works eagerly but taking its gradient inside tf.function fails: "
+                             f"{type(error).__name__}: {first} Code that runs eagerly may use Python values of "
+                             "tensors (`if`, `.numpy()`), which a graph cannot.")
+            return
+    (eager_outputs, eager_gradients), (graph_outputs, graph_gradients) = results.values()
+    for what, eager, graph in (("outputs", eager_outputs, graph_outputs), ("gradients", eager_gradients, graph_gradients)):
+        for position, (a, b) in enumerate(zip(eager, graph)):
+            if not np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
+                findings.add("graph-mismatch", "error",
+                             f"`{target.name}` gives different {what} eagerly and inside tf.function (the {what[:-1]} "
+                             f"#{position}: largest difference {np.nanmax(np.abs(a - b)):.3g}). Python-side state or "
+                             "randomness in the op behaves differently when traced.")
+                return
+
+
+def _compare_numbers(adapter: Adapter, target: Target, layout: Layout, inputs: CheckInputs, trial, settings: CheckOptions,
+                     findings: Findings) -> Numerics:
+    if not layout.perturbable and not layout.variables:
+        return Numerics(mode="skipped", skipped_because="no floating input or variable to perturb")
+    if not any(meta.floating for meta in trial.output_metas):
+        return Numerics(mode="skipped", skipped_because="no floating output")
+    precise = _in_float64(adapter, target, layout) if settings.float64 else layout
+    columns = numeric.Axis(
+        tuple(inputs.names[k] for k in layout.perturbable) + tuple(trial.variable_names),
+        tuple(tuple(inputs.metas[k].shape) for k in layout.perturbable)
+        + tuple(tuple(adapter.meta(v).shape) for v in layout.variables),
+    )
+    rows = numeric.Axis(
+        tuple(name for name, meta in zip(trial.output_names, trial.output_metas) if meta.floating),
+        tuple(tuple(meta.shape) for meta in trial.output_metas if meta.floating),
+    )
+    elements = int(columns.offsets[-1])
+    if elements <= settings.full_threshold:
+        return numeric.compare_full(adapter, target, precise, layout, columns, rows, settings, findings)
+    return projection.compare_projected(adapter, target, precise, columns, rows, settings, findings)
+
+
+def _in_float64(adapter: Adapter, target: Target, layout: Layout) -> Layout:
+    """The layout with floating inputs cast to float64, if the forward accepts that; else the layout itself."""
+    if all(adapter.meta(layout.inputs[k]).dtype == "float64" for k in layout.perturbable):
+        return layout
+    inputs = list(layout.inputs)
+    for k in layout.perturbable:
+        inputs[k] = adapter.cast(inputs[k], "float64")
+    candidate = dataclasses.replace(layout, inputs=tuple(inputs),
+                                    structure=adapter.pack(layout.structure, inputs))
+    try:
+        outputs, _ = target.raw(*candidate.structure, **candidate.kwargs)
+    except Exception:  # the forward mixes in float32 constants or variables: stay in its own precision
+        return layout
+    if any((meta := adapter.meta(o)) is not None and meta.floating and meta.dtype != "float64"
+           for o in adapter.flatten(outputs)):
+        return layout
+    return candidate

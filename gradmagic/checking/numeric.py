@@ -1,0 +1,244 @@
+"""Numerical checks: the custom gradient against finite differences and against autodiff.
+
+Full mode (few elements): dense Jacobians three ways, custom (through the
+custom gradient), numerical (central differences, every perturbation in one
+compiled call) and autodiff (through the forward's own ops), compared
+element by element with a scale-aware tolerance. Projection mode (many
+elements) lives in `projection.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradmagic.checking.structure import LISTED, Findings
+from gradmagic.frameworks.base import Adapter, Layout, Target
+from gradmagic.report import ElementComparison, JacobianBlock, Numerics
+
+#: Default (rtol, atol) by the dtype finite differences run in.
+TOLERANCES = {
+    "float64": (1e-5, 1e-8),
+    "float32": (2e-2, 1e-3),
+    "float16": (1e-1, 1e-1),
+    "bfloat16": (1e-1, 1e-1),
+}
+#: Dense Jacobians up to this many entries go into the report (for heatmaps).
+REPORTED_JACOBIAN_ENTRIES = 4096
+#: One-sided differences disagreeing by more than this fraction mark a non-differentiable point.
+KINK_FRACTION = 0.01
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Names flat positions along the inputs (columns) or outputs (rows) of a Jacobian."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.cumsum([0] + [int(np.prod(shape)) for shape in self.shapes])
+
+    def label(self, flat: int) -> tuple[str, tuple[int, ...]]:
+        part = int(np.searchsorted(self.offsets, flat, side="right") - 1)
+        index = np.unravel_index(flat - self.offsets[part], self.shapes[part]) if self.shapes[part] else ()
+        return self.names[part], tuple(int(i) for i in index)
+
+
+def tolerances(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    default_rtol, default_atol = TOLERANCES.get(dtype, TOLERANCES["float32"])
+    return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+def steps_for(adapter: Adapter, layout: Layout, z: np.ndarray, eps: float | None) -> np.ndarray:
+    """Per-element central-difference steps: eps * max(|z_i|, 1), eps = machine epsilon^(1/3) of the element's dtype.
+
+    Each step is rounded so that z + h and z - h are exact in the element's dtype.
+    """
+    dtypes = [adapter.meta(layout.inputs[k]).dtype for k in layout.perturbable] + [
+        adapter.meta(v).dtype for v in layout.variables
+    ]
+    sizes = layout.sizes(adapter.meta)
+    steps = np.empty_like(z)
+    offset = 0
+    for dtype, size in zip(dtypes, sizes):
+        part = slice(offset, offset + size)
+        relative = eps if eps is not None else adapter.machine_epsilon(dtype) ** (1 / 3)
+        values = z[part].astype(np.dtype(dtype) if dtype != "bfloat16" else np.float32)
+        raw = (relative * np.maximum(np.abs(values), 1)).astype(values.dtype)
+        steps[part] = (values + raw) - values
+        offset += size
+    return steps
+
+
+def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Layout, columns: Axis, rows: Axis,
+                 options, findings: Findings) -> Numerics:
+    """Full-Jacobian comparison; records fd-mismatch, nondifferentiable-point and autodiff-* problems."""
+    z = adapter.initial_vector(layout)
+    dtype = str(z.dtype)
+    rtol, atol = tolerances(dtype, options.rtol, options.atol)
+    steps = steps_for(adapter, layout, z, options.eps)
+    jacobians = adapter.full_jacobians(target, layout, steps)
+    at_original = jacobians if original is layout else adapter.full_jacobians(target, original, None)
+
+    n = z.size
+    evaluations = jacobians.evaluations
+    center = evaluations[0]
+    plus, minus, half_plus, half_minus = (evaluations[1 + k * n:1 + (k + 1) * n] for k in range(4))
+    h = steps[:, None]
+    with np.errstate(all="ignore"):
+        numerical = ((plus - minus) / (2 * h)).T
+        forward_side, backward_side = ((plus - center) / h).T, ((center - minus) / h).T
+        rounding = (np.finfo(evaluations.dtype).eps * (np.abs(plus) + np.abs(minus)) / (2 * h)).T
+        custom = jacobians.custom
+        tolerance = atol + rtol * np.maximum(np.abs(custom), np.abs(numerical)) + 10 * rounding
+        error = np.abs(custom - numerical) / tolerance
+        # Smooth: one-sided slopes differ by h * f'', half as much at half the step. Kink: the jump stays.
+        jump = np.abs(forward_side - backward_side)
+        half_jump = np.abs((half_plus - 2 * center + half_minus) / (h / 2)).T
+        kink_tolerance = tolerance + KINK_FRACTION * (np.abs(forward_side) + np.abs(backward_side))
+        kinks = (jump > kink_tolerance) & (half_jump > 0.75 * jump)
+    judged = np.isfinite(numerical) & ~kinks.any(axis=0)[None, :]
+    mismatched = judged & ~(error <= 1)
+
+    autodiff_original = at_original.autodiff
+    _report_kinks(kinks, z, forward_side, backward_side, columns, findings)
+    _report_mismatch(mismatched, error, custom, numerical, columns, rows, findings)
+    _report_autodiff(at_original.custom, autodiff_original, numerical, jacobians.autodiff, tolerance, judged,
+                     mismatched, original_z=adapter.initial_vector(original), columns=columns, rows=rows,
+                     findings=findings)
+
+    order = np.argsort(np.where(judged, np.nan_to_num(error, nan=np.inf), -1), axis=None)[::-1]
+    worst = []
+    for flat in order[: 2 * LISTED]:
+        row, column = np.unravel_index(flat, error.shape)
+        worst.append(_element(columns, rows, row, column, custom, numerical, autodiff_original, error))
+    blocks = []
+    if custom.size <= REPORTED_JACOBIAN_ENTRIES:
+        blocks = _blocks(columns, rows, custom, numerical, autodiff_original)
+    finite_errors = error[judged & np.isfinite(error)]
+    return Numerics(
+        mode="full", dtype=dtype, rtol=rtol, atol=atol,
+        eps=options.eps if options.eps is not None else adapter.machine_epsilon(dtype) ** (1 / 3),
+        elements=n, max_error=float(finite_errors.max()) if finite_errors.size else None,
+        worst=tuple(worst), jacobians=tuple(blocks),
+    )
+
+
+def _report_kinks(kinks, z, forward_side, backward_side, columns: Axis, findings: Findings) -> None:
+    kink_columns = np.flatnonzero(kinks.any(axis=0))
+    for column in kink_columns[:LISTED]:
+        name, index = columns.label(int(column))
+        row = int(np.argmax(np.abs(forward_side[:, column] - backward_side[:, column])))
+        findings.add(
+            "nondifferentiable-point", "warning",
+            f"At {name}{list(index)} = {z[column]:.6g} the forward is not differentiable: its slope is "
+            f"{backward_side[row, column]:.6g} from the left and {forward_side[row, column]:.6g} from the right. "
+            "This element is left out of the finite-difference comparison; any value between is a valid "
+            "subgradient. Check the op at a point away from the kink too.",
+            input=name, index=index,
+        )
+    if len(kink_columns) > LISTED:
+        findings.add("nondifferentiable-point", "warning",
+                     f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.")
+
+
+def _report_mismatch(mismatched, error, custom, numerical, columns: Axis, rows: Axis, findings: Findings) -> None:
+    count = int(mismatched.sum())
+    if not count:
+        return
+    worst = np.unravel_index(np.argmax(np.where(mismatched, np.nan_to_num(error, nan=np.inf), -1)), error.shape)
+    input_name, index = columns.label(int(worst[1]))
+    output_name, output_index = rows.label(int(worst[0]))
+    listing = []
+    for flat in np.argsort(np.where(mismatched, np.nan_to_num(error, nan=np.inf), -1), axis=None)[::-1][:LISTED]:
+        row, column = np.unravel_index(flat, error.shape)
+        if not mismatched[row, column]:
+            break
+        i_name, i_index = columns.label(int(column))
+        o_name, o_index = rows.label(int(row))
+        listing.append(f"d {o_name}{list(o_index)} / d {i_name}{list(i_index)}: custom {custom[row, column]:.6g}, "
+                       f"finite differences {numerical[row, column]:.6g}")
+    message = (f"The custom gradient disagrees with finite differences at {count} of {error.size} Jacobian "
+               f"element{'s' if error.size > 1 else ''}. " + "; ".join(listing) + "." + _pattern(mismatched, custom, numerical))
+    findings.add("fd-mismatch", "error", message, input=input_name, index=index, output=output_name,
+                 output_index=output_index)
+
+
+def _pattern(mismatched, custom, numerical) -> str:
+    """A hint when the mismatch has a simple shape: a constant factor, a flipped sign, a dropped term."""
+    compared = mismatched & (np.abs(numerical) > 0)
+    if compared.sum() < 2 or mismatched.sum() != compared.sum():
+        return ""
+    ratios = custom[compared] / numerical[compared]
+    ratio = float(np.median(ratios))
+    if np.allclose(ratios, ratio, rtol=1e-3, atol=1e-9) and np.all(np.isfinite(ratios)):
+        if np.isclose(ratio, -1, rtol=1e-3):
+            return " The custom gradient has the opposite sign wherever it is wrong: a sign is flipped."
+        if np.isclose(ratio, 0, atol=1e-9):
+            return " The custom gradient is zero wherever it is wrong: a term is missing."
+        return (f" Wherever it is wrong, the custom gradient is {ratio:.6g} times the finite differences: "
+                "a constant factor is off.")
+    return ""
+
+
+def _report_autodiff(custom_original, autodiff_original, numerical, autodiff, tolerance, judged, mismatched, *,
+                     original_z, columns: Axis, rows: Axis, findings: Findings) -> None:
+    if autodiff_original is not None:
+        with np.errstate(all="ignore"):
+            rescued = ~np.isfinite(autodiff_original) & np.isfinite(custom_original) & ~mismatched
+        rescued_columns = np.flatnonzero(rescued.any(axis=0))
+        if rescued_columns.size:
+            column = int(rescued_columns[0])
+            row = int(np.argmax(np.where(rescued[:, column], np.abs(custom_original[:, column]), -1)))
+            name, index = columns.label(column)
+            output_name, output_index = rows.label(row)
+            count = rescued_columns.size
+            findings.add(
+                "autodiff-nonfinite", "info",
+                f"TensorFlow's own gradient of the forward is NaN/Inf at {count} input element{'s' if count > 1 else ''}"
+                f": at {name}{list(index)} = {original_z[column]:.6g}, for d {output_name}{list(output_index)} "
+                f"autodiff gives {autodiff_original[row, column]:.6g}, the custom gradient "
+                f"{custom_original[row, column]:.6g} and finite differences {numerical[row, column]:.6g}. "
+                "The custom gradient fixes it.",
+                input=name, index=index, output=output_name, output_index=output_index,
+            )
+    if autodiff is not None:
+        with np.errstate(all="ignore"):
+            differs = judged & np.isfinite(autodiff) & (np.abs(autodiff - numerical) > tolerance) & ~mismatched
+        if differs.any():
+            row, column = np.argwhere(differs)[0]
+            name, index = columns.label(int(column))
+            findings.add(
+                "autodiff-differs", "info",
+                f"TensorFlow's own gradient of the forward differs from the true derivative at {int(differs.sum())} "
+                f"element{'s' if differs.sum() > 1 else ''} (at {name}{list(index)}: autodiff "
+                f"{autodiff[row, column]:.6g}, finite differences {numerical[row, column]:.6g}), while the custom "
+                "gradient matches: the forward uses ops whose registered gradient is not their derivative "
+                "(round, sign, stop_gradient, ...).",
+                input=name, index=index,
+            )
+
+
+def _element(columns: Axis, rows: Axis, row, column, custom, numerical, autodiff, error) -> ElementComparison:
+    name, index = columns.label(int(column))
+    output_name, output_index = rows.label(int(row))
+    return ElementComparison(
+        name, index, output_name, output_index, float(custom[row, column]), float(numerical[row, column]),
+        None if autodiff is None else float(autodiff[row, column]), float(error[row, column]),
+    )
+
+
+def _blocks(columns: Axis, rows: Axis, custom, numerical, autodiff) -> list[JacobianBlock]:
+    blocks = []
+    for i, (input_name, start, stop) in enumerate(zip(columns.names, columns.offsets, columns.offsets[1:])):
+        for output_name, row_start, row_stop in zip(rows.names, rows.offsets, rows.offsets[1:]):
+            part = (slice(row_start, row_stop), slice(start, stop))
+            blocks.append(JacobianBlock(
+                input_name, output_name, (int(row_stop - row_start), int(stop - start)),
+                [float(v) for v in custom[part].ravel()], [float(v) for v in numerical[part].ravel()],
+                [float(v) for v in (autodiff[part].ravel() if autodiff is not None else np.full(custom[part].size, np.nan))],
+            ))
+    return blocks

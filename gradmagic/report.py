@@ -1,0 +1,236 @@
+"""The Report: what a check found, as plain data.
+
+A Report is the contract between the checker and every renderer (text,
+HTML, widget, the JupyterLab extension). `Report.to_dict()` gives
+JSON-serialisable data that validates against the JSON Schema shipped in
+`gradmagic/schema/report.schema.json` (`SCHEMA_ID`, version `SCHEMA_VERSION`);
+`Report.from_dict()` reads it back. Renderers read a Report; they never re-run
+checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+SCHEMA_ID = "urn:gradmagic:schema:report"
+#: Bumped on any change of the data's meaning; readers check the major number.
+SCHEMA_VERSION = "1.0"
+#: The MIME type under which a Report travels to the JupyterLab extension.
+MIME_TYPE = "application/vnd.gradmagic.report+json"
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a problem is. Every field is optional; a problem names what it can."""
+
+    input: str | None = None  # argument name, e.g. "x", or "args[1]" for a *args element
+    output: str | None = None  # output name, e.g. "output[0]"
+    variable: str | None = None  # a tf.Variable's name
+    index: tuple[int, ...] | None = None  # element index inside the input (or variable)
+    output_index: tuple[int, ...] | None = None  # element index inside the output
+    line: int | None = None  # line in the user's cell (the magic line is line 1) or file
+    filename: str | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: a stable `code`, a severity, and a message naming cause and fix."""
+
+    code: str
+    severity: str
+    message: str
+    location: Location | None = None
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+
+
+@dataclass(frozen=True)
+class TensorRow:
+    """A line of the shapes table: one input, output, upstream or downstream gradient, or variable."""
+
+    role: str  # "input" | "output" | "upstream" | "downstream" | "variable" | "variable-gradient"
+    name: str
+    shape: tuple[int | None, ...] | None  # None: not a tensor (e.g. a None gradient)
+    dtype: str | None
+    expected_shape: tuple[int | None, ...] | None = None  # for gradients: the input's
+    expected_dtype: str | None = None
+    matches: bool = True
+
+
+@dataclass(frozen=True)
+class ElementComparison:
+    """One Jacobian element (or a located element in projection mode), side by side."""
+
+    input: str  # input or variable name
+    index: tuple[int, ...]
+    output: str | None
+    output_index: tuple[int, ...] | None
+    custom: float | None
+    numerical: float | None
+    autodiff: float | None
+    error: float | None  # scaled error used for the verdict (1.0 is the tolerance)
+
+
+@dataclass(frozen=True)
+class JacobianBlock:
+    """Dense Jacobians d output / d input for small sizes (for heatmaps), row-major, outputs by rows."""
+
+    input: str
+    output: str
+    shape: tuple[int, int]
+    custom: list[float | None]
+    numerical: list[float | None]
+    autodiff: list[float | None]
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """How the finite-difference comparison was done, and what it found."""
+
+    mode: str  # "full" | "projection" | "skipped"
+    dtype: str | None = None  # dtype the finite differences ran in
+    rtol: float | None = None
+    atol: float | None = None
+    eps: float | None = None  # relative step
+    elements: int = 0  # total input (and variable) elements perturbed
+    max_error: float | None = None  # worst scaled error (1.0 is the tolerance)
+    probes: int = 0  # projection mode: number of random directions
+    noise_floor: float | None = None  # projection mode: measured relative noise
+    worst: tuple[ElementComparison, ...] = ()
+    jacobians: tuple[JacobianBlock, ...] = ()
+    skipped_because: str | None = None
+
+
+@dataclass(frozen=True)
+class OpDescription:
+    """What was checked."""
+
+    name: str
+    signature: str
+    framework: str
+    framework_version: str
+    origin: str  # "magic" | "decorated" | "plain"
+    mode: str = "eager"  # execution mode the check ran in
+    filename: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """The result of `gradmagic.check`: problems, the shapes table, numerics and timings."""
+
+    op: OpDescription
+    problems: tuple[Problem, ...] = ()
+    tensors: tuple[TensorRow, ...] = ()
+    numerics: Numerics = field(default_factory=lambda: Numerics(mode="skipped"))
+    timings: dict[str, float] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem has severity `error`."""
+        return not any(problem.severity == "error" for problem in self.problems)
+
+    @property
+    def verdict(self) -> str:
+        """"fail" with an error, "warn" with a warning, else "pass"."""
+        if not self.ok:
+            return "fail"
+        return "warn" if any(problem.severity == "warning" for problem in self.problems) else "pass"
+
+    def codes(self) -> list[str]:
+        """The problem codes, in order."""
+        return [problem.code for problem in self.problems]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable data, valid against the package's JSON Schema."""
+        data = _plain(dataclasses.asdict(self))
+        return {"$schema": SCHEMA_ID, "version": SCHEMA_VERSION, "ok": self.ok, "verdict": self.verdict, **data}
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from gradmagic.render.html import render_html
+        from gradmagic.render.text import render_text
+
+        return {"text/plain": render_text(self), "text/html": render_html(self)}
+
+    def __str__(self) -> str:
+        from gradmagic.render.text import render_text
+
+        return render_text(self)
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """Read a Report back from `to_dict()` data of the same major version."""
+        major = str(data.get("version", "")).split(".")[0]
+        if major != SCHEMA_VERSION.split(".")[0]:
+            raise ValueError(f"report version {data.get('version')!r} is not readable by schema {SCHEMA_VERSION}")
+        numerics = dict(data["numerics"])
+        for key in ("max_error", "noise_floor"):
+            numerics[key] = _number(numerics[key])
+        numerics["worst"] = tuple(
+            ElementComparison(**{
+                **_tuples(e, "index", "output_index"),
+                **{key: _number(e[key]) for key in ("custom", "numerical", "autodiff", "error")},
+            })
+            for e in numerics["worst"]
+        )
+        numerics["jacobians"] = tuple(
+            JacobianBlock(**{
+                **block,
+                "shape": tuple(block["shape"]),
+                **{key: [_number(v) for v in block[key]] for key in ("custom", "numerical", "autodiff")},
+            })
+            for block in numerics["jacobians"]
+        )
+        return cls(
+            op=OpDescription(**data["op"]),
+            problems=tuple(
+                Problem(**{**p, "location": Location(**_tuples(p["location"], "index", "output_index"))
+                           if p.get("location") else None})
+                for p in data["problems"]
+            ),
+            tensors=tuple(TensorRow(**_tuples(t, "shape", "expected_shape")) for t in data["tensors"]),
+            numerics=Numerics(**numerics),
+            timings=dict(data["timings"]),
+            options=dict(data["options"]),
+        )
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of `Report.to_dict()`."""
+    return json.loads(resources.files("gradmagic").joinpath("schema/report.schema.json").read_text())
+
+
+_NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists and non-finite floats to "NaN"/"Infinity"/"-Infinity", so the data is strict JSON."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _number(value: Any) -> Any:
+    """The inverse of `_plain` for one numeric field."""
+    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
+
+
+def _tuples(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: tuple(value) if key in keys and value is not None else value for key, value in data.items()}
