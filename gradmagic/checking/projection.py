@@ -35,6 +35,8 @@ from gradmagic.report import ElementComparison, Numerics
 NOISE_MARGIN = 30.0
 #: ... and this many machine epsilons (rounding of the long dot products themselves).
 EPSILON_FLOOR = 1e3
+#: Directions measured at a second step size too, for the truncation error.
+RICHARDSON = 1
 #: Located elements reported at most.
 LOCATED = 8
 #: Blocks when the error is spread over many elements.
@@ -48,21 +50,22 @@ def compare_projected(adapter: Adapter, target: Target, layout: Layout, original
     z = adapter.initial_vector(layout)
     dtype = str(z.dtype)
     epsilon = float(np.finfo(z.dtype).eps)
-    steps = steps_for(adapter, layout, z, options.eps)
-    rng = np.random.default_rng(options.seed)
-    upstream = rng.standard_normal(int(rows.offsets[-1])).astype(z.dtype)
-    signs = rng.choice(np.array([-1.0, 1.0], z.dtype), size=(options.probes, z.size))
-    directions = signs * steps
-
-    measured = adapter.projections(target, layout, np.concatenate([directions, 2 * directions]), upstream)
-    custom, autodiff = adapter.vjps(target, layout, upstream)
     probes = options.probes
-    differences = measured.differences[:probes]
-    predicted = directions @ custom
+    prober = adapter.prober(target, layout, steps_for(adapter, layout, z, options.eps), int(rows.offsets[-1]),
+                            options.seed, probes)
+
+    # Every probe at step h, and the first RICHARDSON of them at 2h: the change measures the truncation error.
+    richardson = min(RICHARDSON, probes)
+    measured = prober.measure(list(range(probes)) + list(range(richardson)),
+                              np.concatenate([np.ones((probes, 1)), np.full((richardson, 1), 2.0)]))
+    differences, predicted = measured.differences[:probes], measured.predicted[:probes]
     with np.errstate(all="ignore"):
-        scale = np.abs(directions) @ np.abs(custom) + np.abs(differences)
-        truncation = np.abs(measured.differences[probes:] / 2 - differences) / 3
-        noise = (truncation + measured.rounding[:probes] + measured.rounding[probes:] / 2) / scale
+        scale = measured.magnitude[:probes] + np.abs(differences)
+        truncation = np.abs(measured.differences[probes:] / 2 - differences[:richardson]) / 3
+        relative_truncation = float(np.nanmax(truncation / scale[:richardson]))
+        # Judged against the worst-case rounding; located with the typical (root-sum-square) rounding.
+        noise = relative_truncation + 1.5 * measured.rounding[:probes] / scale
+        typical_noise = relative_truncation + 1.5 * measured.rounding_rms[:probes] / scale
         error = np.abs(differences - predicted) / scale
     noise_floor = float(np.nanmax(noise))
     threshold = NOISE_MARGIN * noise_floor + EPSILON_FLOOR * epsilon
@@ -72,14 +75,15 @@ def compare_projected(adapter: Adapter, target: Target, layout: Layout, original
     located: list[ElementComparison] = []
     if failing.any():
         worst = int(np.nanargmax(np.where(np.isfinite(error), error, np.inf)))
-        locator = _Locator(adapter, target, layout, upstream, custom, autodiff, directions[worst],
-                           differences[worst] - predicted[worst], threshold * scale[worst], columns)
+        noise_of = lambda relative: (relative + EPSILON_FLOOR * epsilon) * scale[worst]  # noqa: E731
+        locator = _Locator(prober, worst, differences[worst] - predicted[worst], noise_of(NOISE_MARGIN * noise[worst]),
+                           noise_of(typical_noise[worst]), columns)
         located, spread = locator.run()
         findings.add("fd-mismatch", "error",
                      _mismatch_message(int(failing.sum()), probes, float(np.nanmax(error)), noise_floor, located, spread,
                                        predicted, differences),
                      **({"input": located[0].input, "index": located[0].index} if located else {}))
-    _report_autodiff(adapter, target, original, layout, upstream, custom, autodiff, columns, findings)
+    _report_autodiff(adapter, target, original, layout, prober, columns, findings)
     return Numerics(
         mode="projection", dtype=dtype, rtol=rtol, atol=atol,
         eps=options.eps if options.eps is not None else epsilon ** (1 / 3),
@@ -89,78 +93,90 @@ def compare_projected(adapter: Adapter, target: Target, layout: Layout, original
 
 
 class _Locator:
-    """Finds the wrong elements behind one failing direction (see the module docstring)."""
+    """Finds the wrong elements behind one failing probe (see the module docstring)."""
 
-    def __init__(self, adapter, target, layout, upstream, custom, autodiff, direction, mismatch, noise, columns):
-        self.adapter, self.target, self.layout = adapter, target, layout
-        self.upstream, self.custom, self.autodiff = upstream, custom, autodiff
-        self.direction, self.mismatch, self.noise, self.columns = direction, mismatch, noise, columns
+    def __init__(self, prober, row: int, mismatch: float, noise: float, typical_noise: float, columns: Axis):
+        self.prober, self.row, self.columns = prober, row, columns
+        # `noise` decides whether a mismatch is real; `typical_noise` how finely a ratio can be read.
+        self.mismatch, self.noise, self.typical_noise = mismatch, noise, typical_noise
+        self.custom, self.autodiff = prober.custom, prober.autodiff
+        self.size = self.custom.size
 
     def measure(self, weights: np.ndarray) -> np.ndarray:
-        """The mismatch along `direction * w` for each row w of `weights`, in one compiled call."""
-        directions = weights * self.direction
-        measured = self.adapter.projections(self.target, self.layout, directions, self.upstream)
-        return measured.differences - directions @ self.custom
+        """The mismatch along the failing probe weighted by each row of `weights`, in one compiled call."""
+        measured = self.prober.measure([self.row] * len(weights), weights, rounding=False)
+        return measured.differences - measured.predicted
 
     def run(self) -> tuple[list[ElementComparison], list[str]]:
-        active = np.ones(self.direction.size, bool)
+        active = np.ones(self.size, bool)
         remaining = self.mismatch
         located = []
         while abs(remaining) > self.noise and len(located) < LOCATED:
-            element = self.locate_one(np.flatnonzero(active), remaining)
+            element, exact = self.locate_one(np.flatnonzero(active), remaining)
             if element is None:
                 return located, self.spread(active)
-            single = np.zeros((1, self.direction.size))
-            single[0, element] = 1
-            part = float(self.measure(single)[0])
-            if abs(part) <= self.noise:
-                return located, self.spread(active)
+            part = remaining
+            if not exact:  # verify: the mismatch along this element alone
+                single = np.zeros((1, self.size), np.float32)
+                single[0, element] = 1
+                part = float(self.measure(single)[0])
+                if abs(part) <= self.noise:
+                    return located, self.spread(active)
             located.append(self.comparison(element, part))
             active[element] = False
             remaining -= part
         return located, []
 
-    def locate_one(self, candidates: np.ndarray, remaining: float) -> int | None:
+    def locate_one(self, candidates: np.ndarray, remaining: float) -> tuple[int | None, bool]:
+        """The element behind `remaining`, if one element carries it, and whether that is certain without a check.
+
+        Certain: every ratio sits on the digit lattice within a few noise widths.
+        With several wrong elements a ratio is a weighted mean of lattice
+        values, and all of them landing that close is very unlikely.
+        """
         if candidates.size == 1:
-            return int(candidates[0])
-        base = int(min(MAX_BASE, max(2, abs(remaining) / self.noise / 20), candidates.size))
+            return int(candidates[0]), False
+        # A digit is read from a ratio; 20 noise widths per digit step keep misreadings far in the tail.
+        base = int(min(MAX_BASE, abs(remaining) / self.typical_noise / 20, candidates.size))
         if base < 2:
-            return None
+            return None, False
         digits = math.ceil(math.log(candidates.size) / math.log(base))
-        rank = np.arange(candidates.size)
-        weights = np.zeros((digits, self.direction.size))
+        rank = np.arange(candidates.size, dtype=np.int64)
+        weights = np.zeros((digits, self.size), np.float32)
         for digit in range(digits):
             weights[digit, candidates] = ((rank // base**digit) % base + 1) / base
         ratios = self.measure(weights) / remaining * base - 1
         nearest = np.rint(ratios)
-        if not np.all((np.abs(ratios - nearest) < 0.25) & (nearest >= 0) & (nearest < base)):
-            return None
+        deviation = np.abs(ratios - nearest)
+        if not np.all((deviation < 0.25) & (nearest >= 0) & (nearest < base)):
+            return None, False
         position = int(sum(int(d) * base**i for i, d in enumerate(nearest)))
-        return int(candidates[position]) if position < candidates.size else None
+        if position >= candidates.size:
+            return None, False
+        reading_noise = base * self.typical_noise / abs(remaining)
+        return int(candidates[position]), bool(np.all(deviation < 5 * reading_noise) and 5 * reading_noise < 0.01)
 
     def spread(self, active: np.ndarray) -> list[str]:
         """Blocks of the remaining elements that carry mismatch, as readable ranges."""
         candidates = np.flatnonzero(active)
         blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
-        weights = np.zeros((len(blocks), self.direction.size))
+        weights = np.zeros((len(blocks), self.size), np.float32)
         for row, block in enumerate(blocks):
             weights[row, block] = 1
-        mismatches = self.measure(weights)
         described = []
-        for block, mismatch in zip(blocks, mismatches):
+        for block, mismatch in zip(blocks, self.measure(weights)):
             if abs(mismatch) > self.noise:
                 first, first_index = self.columns.label(int(block[0]))
                 last, last_index = self.columns.label(int(block[-1]))
-                described.append(f"{first}{list(first_index)} to {last}{list(last_index)}" if first == last
-                                 else f"{first}{list(first_index)} to {last}{list(last_index)}")
+                described.append(f"{first}{list(first_index)} to {last}{list(last_index)}")
         return [f"{len(described)} of {len(blocks)} blocks"] + described
 
     def comparison(self, element: int, part: float) -> ElementComparison:
         name, index = self.columns.label(element)
         custom = float(self.custom[element])
-        numerical = custom + part / float(self.direction[element])
-        autodiff = None if self.autodiff is None else float(self.autodiff[element])
-        return ElementComparison(name, index, None, None, custom, numerical, autodiff,
+        step = self.prober.direction(self.row, element)
+        return ElementComparison(name, index, None, None, custom, custom + part / step,
+                                 None if self.autodiff is None else float(self.autodiff[element]),
                                  abs(part) / self.noise if self.noise else None)
 
 
@@ -186,10 +202,12 @@ def _mismatch_message(failing: int, probes: int, error: float, noise: float, loc
     return message
 
 
-def _report_autodiff(adapter, target, original, layout, upstream, custom, autodiff, columns, findings) -> None:
+def _report_autodiff(adapter, target, original, layout, prober, columns, findings) -> None:
     """autodiff-nonfinite: TensorFlow's own gradient is NaN/Inf (in the op's own precision) where the custom one is not."""
+    custom, autodiff = prober.custom, prober.autodiff
     if original is not layout:
-        custom, autodiff = adapter.vjps(target, original, upstream.astype(adapter.initial_vector(original).dtype))
+        dtype = adapter.meta(original.inputs[original.perturbable[0]]).dtype if original.perturbable else "float32"
+        custom, autodiff = adapter.vjps(target, original, prober.upstream_vector.astype(dtype))
     if autodiff is None:
         return
     with np.errstate(all="ignore"):

@@ -136,7 +136,8 @@ def check_structure(adapter: Adapter, target: Target, inputs: CheckInputs, seed:
 
     rng = np.random.default_rng(seed)
     upstreams = [
-        adapter.constant(rng.standard_normal(meta.shape) if meta.floating else np.zeros(meta.shape), meta.dtype)
+        adapter.constant(rng.standard_normal(meta.shape, dtype=np.float32) if meta.floating else np.zeros(meta.shape),
+                         meta.dtype)
         for meta in output_metas
     ]
     for name, meta in zip(output_names, output_metas):

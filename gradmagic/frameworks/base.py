@@ -64,10 +64,34 @@ class FullJacobians:
 
 @dataclass(frozen=True)
 class Projections:
-    """Projection-mode results for K directions d_k and one upstream vector u."""
+    """Projection-mode results along directions d_t, for the prober's upstream vector u and gradient g."""
 
-    differences: np.ndarray  # [K]: u . (f(z + d_k) - f(z - d_k)) / 2
-    rounding: np.ndarray  # [K]: eps * u . (|f(z + d_k)| + |f(z - d_k)|) / 2, the rounding bound of the above
+    differences: np.ndarray  # [T]: u . (f(z + d_t) - f(z - d_t)) / 2, central differences of u . f along d_t
+    rounding: np.ndarray  # [T]: eps * sum |u * f(z)|: the worst-case rounding of the above
+    rounding_rms: np.ndarray  # [T]: eps * sqrt(sum (u * f(z))^2): the typical size of independent roundings
+    predicted: np.ndarray  # [T]: g . d_t, what the custom gradient predicts
+    magnitude: np.ndarray  # [T]: sum |g * d_t|
+
+
+class Prober(Protocol):
+    """Measurements for one projection-mode check (see `Adapter.prober`)."""
+
+    #: The custom vector-Jacobian product g = J^T u, flattened over z.
+    custom: np.ndarray
+    #: The same through the forward's own ops; None where autodiff is unavailable.
+    autodiff: np.ndarray | None
+    #: The random upstream vector u, flattened over the floating outputs.
+    upstream_vector: np.ndarray
+
+    def direction(self, row: int, element: int) -> float:
+        """The value of probe `row`'s direction at `element`: its sign times its step."""
+
+    def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
+        """Central differences along d_t = weights_t * signs[rows_t] * steps, in one compiled call.
+
+        `weights` is [T, N] (per element) or [T, 1] (one factor per direction).
+        Without `rounding`, the rounding fields are NaN and one evaluation is saved.
+        """
 
 
 class Adapter(Protocol):
@@ -133,8 +157,9 @@ class Adapter(Protocol):
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
         """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call each."""
 
-    def projections(self, target: Target, layout: Layout, directions: np.ndarray, upstream: np.ndarray) -> Projections:
-        """Central differences along each direction, projected on `upstream`, in one compiled call."""
-
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The custom and the autodiff vector-Jacobian products for `upstream` (flattened over z)."""
+
+    def prober(self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, probes: int) -> Prober:
+        """A projection-mode prober: a random upstream vector over `outputs` floating output elements and
+        `probes` sign rows, drawn from `seed`."""

@@ -178,41 +178,14 @@ class TensorFlowAdapter:
         return FullJacobians(evaluations.numpy() if with_differences else None, custom.numpy(),
                              None if np.isnan(autodiff).all() and autodiff.size else autodiff)
 
-    def projections(self, target: Target, layout: Layout, directions: np.ndarray, upstream: np.ndarray) -> Projections:
-        def compute(inputs, z, directions, upstream):
-            def along(direction):
-                plus = _forward_vector(target, layout, inputs, z + direction)
-                minus = _forward_vector(target, layout, inputs, z - direction)
-                eps = np.finfo(plus.dtype.as_numpy_dtype).eps
-                return tf.stack([
-                    tf.reduce_sum(upstream * (plus - minus)) / 2,
-                    eps * tf.reduce_sum(tf.abs(upstream) * (tf.abs(plus) + tf.abs(minus))) / 2,
-                ])
-
-            results = tf.map_fn(along, directions)
-            _assign_variables(layout, z)
-            return results
-
-        compiled = self._compiled(target, layout, "projections", lambda: tf.function(compute))
-        z = self.initial_vector(layout)
-        with _variables_restored(layout):
-            results = compiled(list(layout.inputs), tf.constant(z), tf.constant(directions, z.dtype),
-                               tf.constant(upstream, z.dtype)).numpy()
-        return Projections(results[:, 0], results[:, 1])
-
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        def compute(inputs, upstream):
-            custom = _vjp(layout, inputs, target.op, upstream)
-            try:
-                autodiff = _vjp(layout, inputs, lambda *a, **k: target.raw(*a, **k)[0], upstream)
-            except (LookupError, TypeError, ValueError):
-                autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
-            return custom, autodiff
-
-        compiled = self._compiled(target, layout, "vjps", lambda: tf.function(compute))
+        compiled = self._compiled(target, layout, "vjps", lambda: tf.function(_custom_and_autodiff_vjps(layout, target)))
         custom, autodiff = compiled(list(layout.inputs), tf.constant(upstream))
-        autodiff = autodiff.numpy()
-        return custom.numpy(), None if np.isnan(autodiff).all() and autodiff.size else autodiff
+        return custom.numpy(), _unless_all_nan(autodiff.numpy())
+
+    def prober(self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int,
+               probes: int) -> TensorFlowProber:
+        return TensorFlowProber(self, target, layout, steps, outputs, seed, probes)
 
     def initial_vector(self, layout: Layout) -> np.ndarray:
         """z: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
@@ -223,7 +196,15 @@ class TensorFlowAdapter:
 
     def _compiled(self, target: Target, layout: Layout, kind: str, make: Callable[[], Callable]) -> Callable:
         """A compiled function for this op and input layout, traced once and reused by later checks."""
-        key = (
+        key = self._key(target, layout, kind)
+        per_function = _compiled_functions.setdefault(target.raw, {})
+        if key not in per_function:
+            per_function[key] = make()
+        return per_function[key]
+
+    @staticmethod
+    def _key(target: Target, layout: Layout, kind: str) -> tuple:
+        return (
             kind,
             id(target.op),
             str(tf.nest.map_structure(lambda leaf: (tuple(leaf.shape), leaf.dtype.name), layout.structure)),
@@ -231,10 +212,103 @@ class TensorFlowAdapter:
             tuple(id(v) for v in layout.variables),
             tuple(sorted((name, id(value)) for name, value in layout.kwargs.items())),
         )
-        per_function = _compiled_functions.setdefault(target.raw, {})
-        if key not in per_function:
-            per_function[key] = make()
-        return per_function[key]
+
+
+class TensorFlowProber:
+    """Projection-mode measurements for one check; the large vectors stay tensors between calls.
+
+    The upstream vector u and the sign rows of the probes are drawn from the
+    seed with TensorFlow's stateless random ops, so the same seed gives the
+    same directions.
+    """
+
+    def __init__(self, adapter: TensorFlowAdapter, target: Target, layout: Layout, steps: np.ndarray, outputs: int,
+                 seed: int, probes: int):
+        self.layout = layout
+        self.steps = tf.constant(steps)
+        dtype = self.steps.dtype
+        self.signs = tf.cast(tf.where(tf.random.stateless_uniform([probes, steps.size], [seed, 1]) < 0.5, -1, 1),
+                             tf.int8)
+        self.upstream = tf.random.stateless_normal([outputs], [seed, 2], dtype=dtype)
+        vjps = adapter._compiled(target, layout, "vjps", lambda: tf.function(_custom_and_autodiff_vjps(layout, target)))
+        self._custom, self._autodiff = vjps(list(layout.inputs), self.upstream)
+        signature = [
+            [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs],
+            tf.TensorSpec([None], dtype), tf.TensorSpec([None, None], tf.int8), tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], dtype), tf.TensorSpec([None], dtype),
+        ]
+        self._measure = {
+            with_rounding: adapter._compiled(
+                target, layout, f"projections/{with_rounding}",
+                lambda: tf.function(_projections(target, layout, with_rounding), input_signature=signature))
+            for with_rounding in (True, False)
+        }
+
+    @property
+    def custom(self) -> np.ndarray:
+        return self._custom.numpy()
+
+    @property
+    def autodiff(self) -> np.ndarray | None:
+        return _unless_all_nan(self._autodiff.numpy())
+
+    @property
+    def upstream_vector(self) -> np.ndarray:
+        return self.upstream.numpy()
+
+    def direction(self, row: int, element: int) -> float:
+        return float(self.signs[row, element].numpy()) * float(self.steps[element].numpy())
+
+    def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
+        with _variables_restored(self.layout):
+            results = self._measure[rounding](list(self.layout.inputs), self.steps, self.signs,
+                                              tf.constant(rows, tf.int32), tf.constant(weights, tf.float32),
+                                              self.upstream, self._custom)
+        return Projections(*results.numpy().T)
+
+
+def _unless_all_nan(autodiff: np.ndarray) -> np.ndarray | None:
+    """None when autodiff was unavailable (filled with NaN), else the array."""
+    return None if autodiff.size and np.isnan(autodiff).all() else autodiff
+
+
+def _custom_and_autodiff_vjps(layout: Layout, target: Target) -> Callable:
+    def compute(inputs, upstream):
+        custom = _vjp(layout, inputs, target.op, upstream)
+        try:
+            autodiff = _vjp(layout, inputs, lambda *a, **k: target.raw(*a, **k)[0], upstream)
+        except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
+            autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
+        return custom, autodiff
+
+    return compute
+
+
+def _projections(target: Target, layout: Layout, with_rounding: bool) -> Callable:
+    """Central differences along d_t = weights_t * signs[rows_t] * steps, projected on the upstream vector."""
+
+    def compute(inputs, steps, signs, rows, weights, upstream, gradient):
+        z = _z_vector(layout, inputs, steps.dtype)
+        rounding = rounding_rms = tf.constant(np.nan, steps.dtype)
+        if with_rounding:  # the rounding of f(z +- d) is that of f(z): measured once, at the centre
+            center = _forward_vector(target, layout, inputs, z)
+            rounding_terms = np.finfo(steps.dtype.as_numpy_dtype).eps * tf.abs(upstream) * tf.abs(center)
+            rounding = tf.reduce_sum(rounding_terms)
+            rounding_rms = tf.sqrt(tf.reduce_sum(tf.square(rounding_terms)))
+
+        def along(t):
+            direction = tf.cast(weights[t], steps.dtype) * tf.cast(signs[rows[t]], steps.dtype) * steps
+            plus = _forward_vector(target, layout, inputs, z + direction)
+            minus = _forward_vector(target, layout, inputs, z - direction)
+            contribution = direction * gradient
+            return tf.stack([tf.reduce_sum(upstream * (plus - minus)) / 2, rounding, rounding_rms,
+                             tf.reduce_sum(contribution), tf.reduce_sum(tf.abs(contribution))])
+
+        results = tf.map_fn(along, tf.range(tf.shape(rows)[0]), fn_output_signature=steps.dtype)
+        _assign_variables(layout, z)
+        return results
+
+    return compute
 
 
 # Keyed by the raw function: an op redefined in the notebook drops its entries.
@@ -283,6 +357,12 @@ def _vjp(layout: Layout, inputs: list, forward: Callable, upstream: tf.Tensor) -
     gradients = tape.gradient(flat, sources, output_gradients=upstream,
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
     return tf.concat([tf.reshape(tf.cast(g, upstream.dtype), [-1]) for g in gradients], axis=0)
+
+
+def _z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:
+    """z inside a compiled function: the perturbable inputs then the variables, flattened."""
+    parts = [tf.reshape(tf.cast(part, dtype), [-1]) for part in _sources(layout, inputs)]
+    return tf.concat(parts, axis=0) if parts else tf.zeros([0], dtype)
 
 
 def _forward_vector(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
