@@ -85,40 +85,54 @@ def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Lay
 
     n = z.size
     evaluations = jacobians.evaluations
-    center = evaluations[0]
-    plus, minus, half_plus, half_minus = (evaluations[1 + k * n:1 + (k + 1) * n] for k in range(4))
+    center, plus, minus = evaluations[0], evaluations[1:n + 1], evaluations[n + 1:]
     h = steps[:, None]
+    custom = jacobians.custom
     with np.errstate(all="ignore"):
-        numerical = ((plus - minus) / (2 * h)).T
-        forward_side, backward_side = ((plus - center) / h).T, ((center - minus) / h).T
-        rounding = (np.finfo(evaluations.dtype).eps * (np.abs(plus) + np.abs(minus)) / (2 * h)).T
-        custom = jacobians.custom
-        tolerance = atol + rtol * np.maximum(np.abs(custom), np.abs(numerical)) + 10 * rounding
-        error = np.abs(custom - numerical) / tolerance
-        # Smooth: one-sided slopes differ by h * f'', half as much at half the step. Kink: the jump stays.
-        jump = np.abs(forward_side - backward_side)
-        half_jump = np.abs((half_plus - 2 * center + half_minus) / (h / 2)).T
-        kink_tolerance = tolerance + KINK_FRACTION * (np.abs(forward_side) + np.abs(backward_side))
-        kinks = (jump > kink_tolerance) & (half_jump > 0.75 * jump)
-    judged = np.isfinite(numerical) & ~kinks.any(axis=0)[None, :]
-    mismatched = judged & ~(error <= 1)
+        # Rows are perturbed elements here ([N, M]); transposed to Jacobian layout ([M, N]) at the end.
+        # In-place operations: these arrays hold N x M entries.
+        custom_t = np.ascontiguousarray(custom.T)
+        numerical_t = np.subtract(plus, minus)
+        numerical_t /= 2 * h
+        tolerance_t = np.abs(plus)
+        tolerance_t += np.abs(minus)
+        tolerance_t *= 10 * np.finfo(evaluations.dtype).eps / (2 * h)  # the rounding of the differences
+        tolerance_t += rtol * np.maximum(np.abs(custom_t), np.abs(numerical_t))
+        tolerance_t += atol
+        error_t = np.subtract(custom_t, numerical_t)
+        np.abs(error_t, out=error_t)
+        error_t /= tolerance_t
+        # One-sided slopes differ by |f(z+h) + f(z-h) - 2 f(z)| / h: h * f'' when smooth, the slope jump at a kink.
+        jump_t = np.add(plus, minus)
+        jump_t -= 2 * center
+        np.abs(jump_t, out=jump_t)
+        jump_t /= h
+        kinks = _kinks(adapter, target, layout, z, steps, center, plus, minus,
+                       np.flatnonzero((jump_t > tolerance_t).any(axis=1)), tolerance_t)
+    # NaN errors (a NaN custom gradient) count as mismatches; entries not judged (a kink, or no finite
+    # difference) become -1. Worst first, ranked in the contiguous [N, M] layout.
+    np.nan_to_num(error_t, copy=False, nan=np.inf)
+    error_t[~np.isfinite(numerical_t)] = -1
+    error_t[kinks] = -1
+    ranked = [(output, element) for element, output in _largest(error_t, 2 * LISTED)]
+    numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
+    judged = error >= 0
+    mismatched = error > 1
 
     autodiff_original = at_original.autodiff
-    _report_kinks(kinks, z, forward_side, backward_side, columns, findings)
-    _report_mismatch(mismatched, error, custom, numerical, columns, rows, findings)
+    if kinks.any():
+        _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings)
+    _report_mismatch(mismatched, ranked, error, custom, numerical, columns, rows, findings)
     _report_autodiff(at_original.custom, autodiff_original, numerical, jacobians.autodiff, tolerance, judged,
                      mismatched, original_z=adapter.initial_vector(original), columns=columns, rows=rows,
                      findings=findings)
 
-    order = np.argsort(np.where(judged, np.nan_to_num(error, nan=np.inf), -1), axis=None)[::-1]
-    worst = []
-    for flat in order[: 2 * LISTED]:
-        row, column = np.unravel_index(flat, error.shape)
-        worst.append(_element(columns, rows, row, column, custom, numerical, autodiff_original, error))
+    worst = [_element(columns, rows, row, column, custom, numerical, autodiff_original, error)
+             for row, column in ranked if judged[row, column]]
     blocks = []
     if custom.size <= REPORTED_JACOBIAN_ENTRIES:
         blocks = _blocks(columns, rows, custom, numerical, autodiff_original)
-    finite_errors = error[judged & np.isfinite(error)]
+    finite_errors = error_t[(error_t >= 0) & (error_t < np.inf)]
     return Numerics(
         mode="full", dtype=dtype, rtol=rtol, atol=atol,
         eps=options.eps if options.eps is not None else adapter.machine_epsilon(dtype) ** (1 / 3),
@@ -127,8 +141,47 @@ def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Lay
     )
 
 
-def _report_kinks(kinks, z, forward_side, backward_side, columns: Axis, findings: Findings) -> None:
-    kink_columns = np.flatnonzero(kinks.any(axis=0))
+def _largest(values: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """(row, column) of the `count` largest entries of a 2-D array, largest first.
+
+    Row maxima first, then only the best rows: one pass over the array,
+    where a flat partial sort is slow on the many equal entries (structural
+    zeros) of a Jacobian.
+    """
+    row_maxima = values.max(axis=1)
+    count = min(count, values.size)
+    rows = np.argsort(row_maxima)[::-1][:count]
+    candidates = [(values[row, column], int(row), int(column))
+                  for row in rows for column in np.argsort(values[row])[::-1][:count]]
+    return [(row, column) for _, row, column in sorted(candidates, reverse=True)[:count]]
+
+
+def _kinks(adapter, target, layout, z, steps, center, plus, minus, candidates, tolerance_t) -> np.ndarray:
+    """Which perturbed elements sit on a kink: their slope jump does not shrink with the step.
+
+    Smooth: one-sided slopes differ by h * f'', half as much at half the step.
+    Kink: the jump stays. Only candidates (a jump above tolerance at step h)
+    are evaluated again at half the step, in one compiled call.
+    """
+    kinks = np.zeros(z.size, bool)
+    if not candidates.size:
+        return kinks
+    half = np.zeros((candidates.size, z.size), z.dtype)
+    half[np.arange(candidates.size), candidates] = steps[candidates] / 2
+    halves = adapter.evaluate_points(target, layout, np.concatenate([z + half, z - half]))
+    for position, column in enumerate(candidates):
+        step = steps[column]
+        forward_side, backward_side = (plus[column] - center) / step, (center - minus[column]) / step
+        jump = np.abs(forward_side - backward_side)
+        half_jump = np.abs((halves[position] - 2 * center + halves[candidates.size + position]) / (step / 2))
+        kink_tolerance = tolerance_t[column] + KINK_FRACTION * (np.abs(forward_side) + np.abs(backward_side))
+        kinks[column] = bool(np.any((jump > kink_tolerance) & (half_jump > 0.75 * jump)))
+    return kinks
+
+
+def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings) -> None:
+    kink_columns = np.flatnonzero(kinks)
+    forward_side, backward_side = forward_side_t.T, backward_side_t.T
     for column in kink_columns[:LISTED]:
         name, index = columns.label(int(column))
         row = int(np.argmax(np.abs(forward_side[:, column] - backward_side[:, column])))
@@ -145,22 +198,20 @@ def _report_kinks(kinks, z, forward_side, backward_side, columns: Axis, findings
                      f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.")
 
 
-def _report_mismatch(mismatched, error, custom, numerical, columns: Axis, rows: Axis, findings: Findings) -> None:
+def _report_mismatch(mismatched, ranked, error, custom, numerical, columns: Axis, rows: Axis,
+                     findings: Findings) -> None:
     count = int(mismatched.sum())
     if not count:
         return
-    worst = np.unravel_index(np.argmax(np.where(mismatched, np.nan_to_num(error, nan=np.inf), -1)), error.shape)
-    input_name, index = columns.label(int(worst[1]))
-    output_name, output_index = rows.label(int(worst[0]))
     listing = []
-    for flat in np.argsort(np.where(mismatched, np.nan_to_num(error, nan=np.inf), -1), axis=None)[::-1][:LISTED]:
-        row, column = np.unravel_index(flat, error.shape)
-        if not mismatched[row, column]:
-            break
+    for row, column in [(row, column) for row, column in ranked if mismatched[row, column]][:LISTED]:
         i_name, i_index = columns.label(int(column))
         o_name, o_index = rows.label(int(row))
         listing.append(f"d {o_name}{list(o_index)} / d {i_name}{list(i_index)}: custom {custom[row, column]:.6g}, "
                        f"finite differences {numerical[row, column]:.6g}")
+    row, column = next((row, column) for row, column in ranked if mismatched[row, column])
+    input_name, index = columns.label(int(column))
+    output_name, output_index = rows.label(int(row))
     message = (f"The custom gradient disagrees with finite differences at {count} of {error.size} Jacobian "
                f"element{'s' if error.size > 1 else ''}. " + "; ".join(listing) + "." + _pattern(mismatched, custom, numerical))
     findings.add("fd-mismatch", "error", message, input=input_name, index=index, output=output_name,
@@ -186,7 +237,7 @@ def _pattern(mismatched, custom, numerical) -> str:
 
 def _report_autodiff(custom_original, autodiff_original, numerical, autodiff, tolerance, judged, mismatched, *,
                      original_z, columns: Axis, rows: Axis, findings: Findings) -> None:
-    if autodiff_original is not None:
+    if autodiff_original is not None and not np.isfinite(autodiff_original).all():
         with np.errstate(all="ignore"):
             rescued = ~np.isfinite(autodiff_original) & np.isfinite(custom_original) & ~mismatched
         rescued_columns = np.flatnonzero(rescued.any(axis=0))
@@ -207,7 +258,9 @@ def _report_autodiff(custom_original, autodiff_original, numerical, autodiff, to
             )
     if autodiff is not None:
         with np.errstate(all="ignore"):
-            differs = judged & np.isfinite(autodiff) & (np.abs(autodiff - numerical) > tolerance) & ~mismatched
+            differs = np.abs(autodiff - numerical) > tolerance  # False where either is NaN
+        if differs.any():
+            differs &= judged & ~mismatched
         if differs.any():
             row, column = np.argwhere(differs)[0]
             name, index = columns.label(int(column))

@@ -56,8 +56,7 @@ class Layout:
 class FullJacobians:
     """Dense results for the full-Jacobian mode, rows are output elements, columns perturbed elements."""
 
-    # [4N+1, M]: f(z), then f(z + h_i e_i), f(z - h_i e_i), f(z + h_i e_i / 2), f(z - h_i e_i / 2), each for every i
-    evaluations: np.ndarray | None
+    evaluations: np.ndarray | None  # [2N+1, M]: f(z), then f(z + h_i e_i) for every i, then f(z - h_i e_i)
     custom: np.ndarray  # [M, N] through the custom gradient
     autodiff: np.ndarray | None  # [M, N] through the forward's own ops; None if autodiff failed
 
@@ -156,6 +155,9 @@ class Adapter(Protocol):
 
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
         """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call each."""
+
+    def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
+        """[P, M]: the forward's flat floating outputs at each row of `points` ([P, N] values of z), in one compiled call."""
 
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The custom and the autodiff vector-Jacobian products for `upstream` (flattened over z)."""

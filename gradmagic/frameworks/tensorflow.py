@@ -161,9 +161,7 @@ class TensorFlowAdapter:
             evaluations = tf.zeros([0, 0], z.dtype)
             if with_differences:
                 identity = tf.linalg.diag(steps)
-                half = identity / 2
-                points = tf.concat([z[None], z[None] + identity, z[None] - identity, z[None] + half, z[None] - half],
-                                   axis=0)
+                points = tf.concat([z[None], z[None] + identity, z[None] - identity], axis=0)
                 evaluations = _map(layout, lambda point: _forward_vector(target, layout, inputs, point), points)
                 _assign_variables(layout, z)
             return evaluations, custom, autodiff
@@ -177,6 +175,18 @@ class TensorFlowAdapter:
         autodiff = autodiff.numpy()
         return FullJacobians(evaluations.numpy() if with_differences else None, custom.numpy(),
                              None if np.isnan(autodiff).all() and autodiff.size else autodiff)
+
+    def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
+        def compute(inputs, points):
+            evaluations = _map(layout, lambda point: _forward_vector(target, layout, inputs, point), points)
+            _assign_variables(layout, _z_vector(layout, inputs, points.dtype))
+            return evaluations
+
+        compiled = self._compiled(target, layout, "evaluate_points", lambda: tf.function(compute, input_signature=[
+            [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs], tf.TensorSpec([None, points.shape[1]], points.dtype),
+        ]))
+        with _variables_restored(layout):
+            return compiled(list(layout.inputs), tf.constant(points)).numpy()
 
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         compiled = self._compiled(target, layout, "vjps", lambda: tf.function(_custom_and_autodiff_vjps(layout, target)))
