@@ -165,7 +165,7 @@ class GradientMagics(Magics):
                     example_inputs.check_names(examples, signature, compiled.name)
                 op = adapter.decorate(function)
                 attach(op, OpInfo(compiled.name, str(signature), adapter.name, compiled.form,
-                                  cell_source.filename, examples, function))
+                                  cell_source.filename, examples))
                 namespace[compiled.name] = op
                 arguments = None
                 if run_check and examples:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from gradmagic.inputs import ExampleInput
@@ -20,7 +20,6 @@ class OpInfo:
     form: str  # "definition" or "body"
     filename: str  # the cell's name in linecache
     example_inputs: tuple[ExampleInput, ...]  # from --check, reused by %gradcheck
-    function: Callable = field(repr=False, compare=False)  # the undecorated function, returning (outputs, grad_fn)
 
 
 def attach(op: Callable, info: OpInfo) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -71,7 +72,13 @@ def check(op: Callable, *args: Any, kwargs: dict | None = None, framework: str =
                 timings["graph"] = time.perf_counter() - mark
             if not findings.failed:
                 mark = time.perf_counter()
-                numerics = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings)
+                try:
+                    numerics = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings)
+                except Exception as error:  # the op failing at perturbed inputs, or inside a compiled function
+                    findings.add("fd-error", "error",
+                                 f"Evaluating `{target.name}` for the finite differences (at inputs perturbed by a "
+                                 f"tiny step, inside tf.function) raised {type(error).__name__}: {_cause(error)}")
+                    numerics = Numerics(mode="skipped", skipped_because="the op failed at perturbed inputs")
                 timings["numerics"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - started
     return Report(description, tuple(findings.problems), tuple(findings.rows), numerics, timings,
@@ -115,11 +122,15 @@ def _compare_graph(adapter: Adapter, target: Target, layout: Layout, trial, find
     try:
         graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams, in_function=True)
     except Exception as error:  # TensorFlow's own error about the user's op
-        first = " ".join(str(error).strip().splitlines()[:4])
+        cause = _cause(error)
+        advice = ("Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph "
+                  "cannot.")
+        if "keywords arguments only when eager" in cause:
+            advice = ("tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
+                      "make the op with %%custom_gradient, whose op accepts them.")
         findings.add("graph-mismatch", "error",
                      f"`{target.name}` works eagerly but taking its gradient inside tf.function fails: "
-                     f"{type(error).__name__}: {first} Code that runs eagerly may use Python values of tensors "
-                     "(`if`, `.numpy()`), which a graph cannot.")
+                     f"{type(error).__name__}: {cause} {advice}")
         return
     eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
     for what, eager, graph in (("output", trial.outputs, graph_outputs), ("gradient", eager_gradients, graph_gradients)):
@@ -131,6 +142,15 @@ def _compare_graph(adapter: Adapter, target: Target, layout: Layout, trial, find
                              f"largest difference {np.nanmax(np.abs(value - in_graph)):.3g}. Python-side state or "
                              "randomness in the op behaves differently when traced.")
                 return
+
+
+def _cause(error: Exception) -> str:
+    """The sentence that says what went wrong; TensorFlow puts it last, after 'in user code:' and frames."""
+    text = str(error)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not line.strip().startswith("[[")]
+    if ("in user code:" in text or "Graph execution error" in text) and lines:
+        return lines[-1]
+    return " ".join(lines[:3])
 
 
 def _compare_numbers(adapter: Adapter, target: Target, layout: Layout, inputs: CheckInputs, trial, settings: CheckOptions,
@@ -162,13 +182,24 @@ def _in_float64(adapter: Adapter, target: Target, layout: Layout) -> Layout:
     inputs = list(layout.inputs)
     for k in layout.perturbable:
         inputs[k] = adapter.cast(inputs[k], "float64")
-    candidate = dataclasses.replace(layout, inputs=tuple(inputs),
-                                    structure=adapter.pack(layout.structure, inputs))
+    candidate = dataclasses.replace(layout, inputs=tuple(inputs), structure=adapter.pack(layout.structure, inputs))
+    key = (tuple(adapter.meta(leaf) for leaf in layout.inputs), layout.perturbable,
+           tuple(id(v) for v in layout.variables), tuple((name, id(value)) for name, value in layout.kwargs.items()))
+    known = _ACCEPTS_FLOAT64.setdefault(target.raw, {})
+    if key not in known:
+        known[key] = _accepts(adapter, target, candidate)
+    return candidate if known[key] else layout
+
+
+def _accepts(adapter: Adapter, target: Target, layout: Layout) -> bool:
+    """Whether the forward runs on these inputs and keeps their precision."""
     try:
-        outputs, _ = target.raw(*candidate.structure, **candidate.kwargs)
+        outputs, _ = target.raw(*layout.structure, **layout.kwargs)
     except Exception:  # the forward mixes in float32 constants or variables: stay in its own precision
-        return layout
-    if any((meta := adapter.meta(o)) is not None and meta.floating and meta.dtype != "float64"
-           for o in adapter.flatten(outputs)):
-        return layout
-    return candidate
+        return False
+    return not any((meta := adapter.meta(o)) is not None and meta.floating and meta.dtype != "float64"
+                   for o in adapter.flatten(outputs))
+
+
+# Per raw function (dropped with it): input layouts whose float64 version the forward accepts.
+_ACCEPTS_FLOAT64: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

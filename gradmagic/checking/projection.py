@@ -14,10 +14,14 @@ a set S with element weights c, it is sum_{i in S} e_i c_i d_i where e is the
 error of the custom gradient. With one wrong element i, the ratio of the
 weighted to the unweighted mismatch is c_i. Weights that spell an element's
 rank in base B (up to 1024, limited by the measured signal-to-noise ratio)
-thus name i in log_B(N) directions, two for a million elements; one more
-direction along i alone verifies it. Several wrong elements are peeled off
-one by one; when the ratios do not fall on the digit lattice, the error is
-spread out, and splitting into blocks says where.
+thus name i in log_B(N) directions, two for a million elements. When the
+ratios sit on the digit lattice within the measured noise, one element it
+is; when they only come close, one more direction along i alone verifies it.
+Found elements are taken out and the rest of the mismatch searched again.
+When the ratios fall off the lattice, the set holds several wrong elements:
+it is split into blocks, measured in one call, and the search goes on in the
+blocks that carry mismatch (group testing). More such blocks than can be
+listed means the error is everywhere, and the report says so.
 """
 
 from __future__ import annotations
@@ -108,24 +112,35 @@ class _Locator:
         return measured.differences - measured.predicted
 
     def run(self) -> tuple[list[ElementComparison], list[str]]:
-        active = np.ones(self.size, bool)
-        remaining = self.mismatch
-        located = []
-        while abs(remaining) > self.noise and len(located) < LOCATED:
-            element, exact = self.locate_one(np.flatnonzero(active), remaining)
-            if element is None:
-                return located, self.spread(active)
-            part = remaining
-            if not exact:  # verify: the mismatch along this element alone
-                single = np.zeros((1, self.size), np.float32)
-                single[0, element] = 1
-                part = float(self.measure(single)[0])
-                if abs(part) <= self.noise:
-                    return located, self.spread(active)
-            located.append(self.comparison(element, part))
-            active[element] = False
-            remaining -= part
+        """The wrong elements, or when there are too many to list, the blocks that carry the error."""
+        located: list[ElementComparison] = []
+        pending = [(np.arange(self.size), self.mismatch)]  # sets of candidates and the mismatch they carry
+        while pending and len(located) < LOCATED:
+            candidates, mismatch = pending.pop()
+            if abs(mismatch) <= self.noise:
+                continue
+            element, exact = self.locate_one(candidates, mismatch)
+            if element is not None:
+                part = mismatch if exact else float(self.measure(self.indicator([element]))[0])
+                if abs(part) > self.noise:
+                    located.append(self.comparison(element, part))
+                    pending.append((candidates[candidates != element], mismatch - part))
+                    continue
+            # Several wrong elements in this set: split it, in one call, and go on with the blocks that carry some.
+            blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
+            carrying = [(block, float(m)) for block, m in zip(blocks, self.measure(self.indicator(*blocks)))
+                        if abs(m) > self.noise]
+            if len(carrying) > LOCATED - len(located):
+                return located, self.describe(carrying, len(blocks))
+            pending += carrying
         return located, []
+
+    def indicator(self, *sets) -> np.ndarray:
+        """Weights: one row per set of elements, 1 on the set."""
+        weights = np.zeros((len(sets), self.size), np.float32)
+        for row, elements in enumerate(sets):
+            weights[row, elements] = 1
+        return weights
 
     def locate_one(self, candidates: np.ndarray, remaining: float) -> tuple[int | None, bool]:
         """The element behind `remaining`, if one element carries it, and whether that is certain without a check.
@@ -156,20 +171,14 @@ class _Locator:
         reading_noise = base * self.typical_noise / abs(remaining)
         return int(candidates[position]), bool(np.all(deviation < 5 * reading_noise) and 5 * reading_noise < 0.01)
 
-    def spread(self, active: np.ndarray) -> list[str]:
-        """Blocks of the remaining elements that carry mismatch, as readable ranges."""
-        candidates = np.flatnonzero(active)
-        blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
-        weights = np.zeros((len(blocks), self.size), np.float32)
-        for row, block in enumerate(blocks):
-            weights[row, block] = 1
-        described = []
-        for block, mismatch in zip(blocks, self.measure(weights)):
-            if abs(mismatch) > self.noise:
-                first, first_index = self.columns.label(int(block[0]))
-                last, last_index = self.columns.label(int(block[-1]))
-                described.append(f"{first}{list(first_index)} to {last}{list(last_index)}")
-        return [f"{len(described)} of {len(blocks)} blocks"] + described
+    def describe(self, carrying, blocks: int) -> list[str]:
+        """`k of n blocks`, then the readable ranges of the blocks that carry mismatch."""
+        ranges = []
+        for block, _ in carrying:
+            first, first_index = self.columns.label(int(block[0]))
+            last, last_index = self.columns.label(int(block[-1]))
+            ranges.append(f"{first}{list(first_index)} to {last}{list(last_index)}")
+        return [f"{len(carrying)} of {blocks} blocks"] + ranges
 
     def comparison(self, element: int, part: float) -> ElementComparison:
         name, index = self.columns.label(element)

@@ -12,7 +12,6 @@ import tensorflow as tf
 from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
 
 from gradmagic.frameworks.base import FullJacobians, Layout, Projections, Target, TensorMeta
-from gradmagic.op import info_of
 
 
 class TensorFlowAdapter:
@@ -51,6 +50,7 @@ class TensorFlowAdapter:
         for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(custom_gradient_op, attribute, getattr(function, attribute))
         custom_gradient_op.__signature__ = inspect.signature(function)
+        custom_gradient_op._gradmagic_function = function
         return custom_gradient_op
 
     def call(self, op: Callable, args: list, kwargs: dict) -> Any:
@@ -78,10 +78,9 @@ class TensorFlowAdapter:
 
     def resolve(self, op: Callable) -> Target:
         """The raw function behind a gradmagic op, a hand-decorated op, or a plain function."""
-        info = info_of(op)
         decorator = getattr(op, "_tf_decorator", None)
-        if info is not None:
-            raw, origin = info.function, "magic"
+        if hasattr(op, "_gradmagic_function"):
+            raw, origin = op._gradmagic_function, "magic"
         elif decorator is not None and decorator.decorator_name == "custom_gradient":
             raw, origin = decorator.decorated_target, "decorated"
         else:
