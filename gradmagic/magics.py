@@ -26,7 +26,10 @@ from gradmagic.op import OpInfo, attach, info_of
 
 
 def _tolerance_arguments(magic):
-    """--rtol, --atol, --eps, shared by both magics (defaults: the traits of the same names)."""
+    """--rtol, --atol, --eps, --order, shared by both magics (defaults: the traits of the same names)."""
+    magic = magic_arguments.argument("--order", type=int, choices=(1, 2), default=None,
+                                     help="2: also check the derivative of the custom gradient "
+                                          "(default: %%config GradientMagics.order)")(magic)
     for flag in ("--eps", "--atol", "--rtol"):
         magic = magic_arguments.argument(flag, type=float, default=None, metavar="X",
                                          help=f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})")(magic)
@@ -53,6 +56,7 @@ class GradientMagics(Magics):
     full_threshold = Int(2000, config=True,
                          help="Up to this many input elements, dense Jacobians are compared; above, random projections.")
     probes = Int(4, config=True, help="Random directions in projection mode.")
+    order = Int(1, config=True, help="2: also check the derivative of the custom gradient (what nested tapes use).")
     seed = Int(0, config=True, help="Seed of the random upstream gradients and directions.")
     framework = Enum(
         frameworks.NAMES,
@@ -134,7 +138,10 @@ class GradientMagics(Magics):
         being line 1. A failing cell keeps nothing it defined: the previous
         op and variables of the notebook stay exactly as they were.
 
-        Defaults: %config GradientMagics (check, quiet, rtol, atol, eps, ...).
+        --order 2 also checks the derivative of the custom gradient, for ops
+        used under nested tapes (Hessians, gradient penalties).
+
+        Defaults: %config GradientMagics (check, quiet, rtol, atol, eps, order, ...).
         """
         __tracebackhide__ = True
         if cell is None:
@@ -278,7 +285,7 @@ class GradientMagics(Magics):
 
         args, kwargs = arguments
         settings = {name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
-                    for name in ("rtol", "atol", "eps")}
+                    for name in ("rtol", "atol", "eps", "order")}
         return check(op, *args, kwargs=kwargs, framework=framework, full_threshold=self.full_threshold,
                      probes=self.probes, seed=self.seed, **settings)
 

@@ -278,6 +278,36 @@ def test_projection_mode_says_when_the_error_is_everywhere():
     assert "1.001 times the finite differences" in found.message
 
 
+# -- second order -------------------------------------------------------------------------------------------
+
+def test_second_order_passes_a_gradient_that_differentiates_correctly():
+    def cube(x):
+        return x ** 3, lambda dy: dy * 3 * x * x
+
+    report = gradmagic.check(tf.custom_gradient(cube), tf.constant([1.0, -2.0, 0.5]), order=2)
+    assert report.ok and report.codes() == []
+
+
+def test_second_order_catches_a_gradient_that_nested_tapes_cannot_differentiate():
+    def frozen(x):
+        slope = tf.stop_gradient(3 * x * x)  # right first derivative, no second derivative
+        return x ** 3, lambda dy: dy * slope
+
+    assert gradmagic.check(tf.custom_gradient(frozen), tf.constant([1.0, 2.0])).ok  # order 1 cannot see it
+    found = problem(gradmagic.check(tf.custom_gradient(frozen), tf.constant([1.0, 2.0]), order=2),
+                    "second-order-mismatch")
+    assert "d dx[1] / d x[1]: through the gradient function 0" in found.message
+    assert found.location.input == "x"
+
+
+def test_second_order_above_the_full_threshold_says_it_was_skipped():
+    def cube(x):
+        return x ** 3, lambda dy: dy * 3 * x * x
+
+    report = gradmagic.check(tf.custom_gradient(cube), tf.ones([50]), order=2, full_threshold=10)
+    assert problem(report, "second-order-skipped").severity == "info" and report.ok
+
+
 # -- the API ---------------------------------------------------------------------------------------------------
 
 def test_check_takes_hand_decorated_ops_and_plain_functions():

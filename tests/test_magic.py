@@ -199,6 +199,15 @@ def pick(x, options):
     ]
 
 
+def test_order_two_from_the_line(nb):
+    cell = ("%%custom_gradient {}--check x=tf.constant([1., 2.])\ndef frozen(x):\n"
+            "    slope = tf.stop_gradient(3 * x * x)\n    return x ** 3, lambda dy: dy * slope")
+    assert "frozen(x) passes" in nb.ok(cell.format("")).stdout
+    run = nb.ok(cell.format("--order 2 "))
+    assert "frozen(x) fails" in run.stdout and "second-order-mismatch" in run.stdout
+    assert "argument --order: invalid choice: 3" in nb.fails(cell.format("--order 3 "), UsageError).stderr
+
+
 def test_no_check_skips_the_check_but_keeps_the_inputs_for_gradcheck(nb):
     run = nb.ok("%%custom_gradient --no-check --check x=tf.constant([2.])\n" + SQUARE)
     assert "is now a tf.custom_gradient op" in run.stdout and "passes" not in run.stdout
@@ -227,7 +236,7 @@ def test_check_config_off_skips_checks(nb):
 
 def test_config_lists_the_traits_with_their_help(nb):
     run = nb.ok("%config GradientMagics")
-    for trait in ("check", "quiet", "framework", "rtol", "atol", "eps", "full_threshold", "probes", "seed"):
+    for trait in ("check", "quiet", "framework", "rtol", "atol", "eps", "full_threshold", "probes", "seed", "order"):
         assert f"GradientMagics.{trait}" in run.stdout
     assert "example inputs given with --check" in run.stdout
 

@@ -36,6 +36,11 @@ class CheckOptions:
     seed: int = 0  # random upstream gradients and directions
     float64: bool = True  # run finite differences in float64 when the op accepts it
     graph: bool = True  # also run the op inside tf.function and compare
+    order: int = 1  # 2: also check the derivative of the custom gradient (full mode)
+
+    def __post_init__(self) -> None:
+        if self.order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, not {self.order!r}")
 
 
 def check(op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", **options: Any) -> Report:
@@ -170,9 +175,16 @@ def _compare_numbers(adapter: Adapter, target: Target, layout: Layout, inputs: C
         tuple(tuple(meta.shape) for meta in trial.output_metas if meta.floating),
     )
     elements = int(columns.offsets[-1])
-    if elements <= settings.full_threshold:
-        return numeric.compare_full(adapter, target, precise, layout, columns, rows, settings, findings)
-    return projection.compare_projected(adapter, target, precise, layout, columns, rows, settings, findings)
+    if elements > settings.full_threshold:
+        if settings.order == 2:
+            findings.add("second-order-skipped", "info",
+                         f"The second-order check runs with dense Jacobians, up to full_threshold = "
+                         f"{settings.full_threshold} elements; this op has {elements}. Check it at smaller inputs.")
+        return projection.compare_projected(adapter, target, precise, layout, columns, rows, settings, findings)
+    numerics = numeric.compare_full(adapter, target, precise, layout, columns, rows, settings, findings)
+    if settings.order == 2:
+        numeric.compare_second_order(adapter, target, precise, columns, rows, settings, findings)
+    return numerics
 
 
 def _in_float64(adapter: Adapter, target: Target, layout: Layout) -> Layout:

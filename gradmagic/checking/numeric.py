@@ -88,36 +88,17 @@ def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Lay
     center, plus, minus = evaluations[0], evaluations[1:n + 1], evaluations[n + 1:]
     h = steps[:, None]
     custom = jacobians.custom
+    numerical_t, tolerance_t, error_t = _central_differences(evaluations, custom, steps, rtol, atol)
     with np.errstate(all="ignore"):
-        # Rows are perturbed elements here ([N, M]); transposed to Jacobian layout ([M, N]) at the end.
-        # In-place operations: these arrays hold N x M entries.
-        custom_t = np.ascontiguousarray(custom.T)
-        numerical_t = np.subtract(plus, minus)
-        numerical_t /= 2 * h
-        tolerance_t = np.abs(plus)
-        tolerance_t += np.abs(minus)
-        tolerance_t *= 10 * np.finfo(evaluations.dtype).eps / (2 * h)  # the rounding of the differences
-        tolerance_t += rtol * np.maximum(np.abs(custom_t), np.abs(numerical_t))
-        tolerance_t += atol
-        error_t = np.subtract(custom_t, numerical_t)
-        np.abs(error_t, out=error_t)
-        error_t /= tolerance_t
         # One-sided slopes differ by |f(z+h) + f(z-h) - 2 f(z)| / h: h * f'' when smooth, the slope jump at a kink.
         jump_t = np.add(plus, minus)
         jump_t -= 2 * center
         np.abs(jump_t, out=jump_t)
         jump_t /= h
-        kinks = _kinks(adapter, target, layout, z, steps, center, plus, minus,
-                       np.flatnonzero((jump_t > tolerance_t).any(axis=1)), tolerance_t)
-    # NaN errors (a NaN custom gradient) count as mismatches; entries not judged (a kink, or no finite
-    # difference) become -1. Worst first, ranked in the contiguous [N, M] layout.
-    np.nan_to_num(error_t, copy=False, nan=np.inf)
-    error_t[~np.isfinite(numerical_t)] = -1
-    error_t[kinks] = -1
-    ranked = [(output, element) for element, output in _largest(error_t, 2 * LISTED)]
+    kinks = _kinks(adapter, target, layout, z, steps, center, plus, minus,
+                   np.flatnonzero((jump_t > tolerance_t).any(axis=1)), tolerance_t)
+    ranked, judged, mismatched = _judge(numerical_t, error_t, kinks)
     numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
-    judged = error >= 0
-    mismatched = error > 1
 
     autodiff_original = at_original.autodiff
     if kinks.any():
@@ -139,6 +120,81 @@ def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Lay
         elements=n, max_error=float(finite_errors.max()) if finite_errors.size else None,
         worst=tuple(worst), jacobians=tuple(blocks),
     )
+
+
+def compare_second_order(adapter: Adapter, target: Target, layout: Layout, columns: Axis, rows: Axis, options,
+                         findings: Findings) -> None:
+    """Order 2: the custom gradient, as a function of the inputs, against its finite differences.
+
+    h(z) = J(z)^T u for a random upstream u; its Jacobian through autodiff of
+    the gradient function is what nested tapes (Hessians, gradient penalties)
+    compute, and central differences of h say what it should be.
+    """
+    z = adapter.initial_vector(layout)
+    rtol, atol = tolerances(str(z.dtype), options.rtol, options.atol)
+    steps = steps_for(adapter, layout, z, options.eps)
+    upstream = np.random.default_rng(options.seed).standard_normal(int(rows.offsets[-1])).astype(z.dtype)
+    second = adapter.second_order(target, layout, steps, upstream)
+    numerical_t, _, error_t = _central_differences(second.evaluations, second.custom, steps, rtol, atol)
+    ranked, _, mismatched = _judge(numerical_t, error_t, np.zeros(z.size, bool))
+    if not mismatched.any():
+        return
+    gradients = Axis(tuple(f"d{name}" for name in columns.names), columns.shapes)
+    listing = []
+    for row, column in [(row, column) for row, column in ranked if mismatched[row, column]][:LISTED]:
+        g_name, g_index = gradients.label(int(row))
+        i_name, i_index = columns.label(int(column))
+        listing.append(f"d {g_name}{list(g_index)} / d {i_name}{list(i_index)}: through the gradient function "
+                       f"{second.custom[row, column]:.6g}, finite differences {numerical_t[column, row]:.6g}")
+    row, column = next((row, column) for row, column in ranked if mismatched[row, column])
+    name, index = columns.label(int(column))
+    findings.add(
+        "second-order-mismatch", "error",
+        f"Second order: the derivative of the custom gradient (what nested tapes compute) disagrees with finite "
+        f"differences of the custom gradient at {int(mismatched.sum())} of {mismatched.size} elements. "
+        + "; ".join(listing) + ". The gradient function is right at this point but its own ops do not "
+        "differentiate to the second derivative: compute it from differentiable tensors (not constants or "
+        "tf.stop_gradient), or give it a custom gradient too.",
+        input=name, index=index,
+    )
+
+
+def _central_differences(evaluations, custom, steps, rtol, atol):
+    """Central differences and the scale-aware error of `custom` against them, in the [N, M] layout.
+
+    `evaluations` holds f(z), then f(z + h_i e_i), then f(z - h_i e_i). The
+    tolerance adds the rounding of the differences themselves to atol and
+    rtol; an error above 1 is a mismatch. In-place arithmetic: N x M entries.
+    """
+    n = steps.size
+    plus, minus = evaluations[1:n + 1], evaluations[n + 1:]
+    h = steps[:, None]
+    with np.errstate(all="ignore"):
+        custom_t = np.ascontiguousarray(custom.T)
+        numerical_t = np.subtract(plus, minus)
+        numerical_t /= 2 * h
+        tolerance_t = np.abs(plus)
+        tolerance_t += np.abs(minus)
+        tolerance_t *= 10 * np.finfo(evaluations.dtype).eps / (2 * h)  # the rounding of the differences
+        tolerance_t += rtol * np.maximum(np.abs(custom_t), np.abs(numerical_t))
+        tolerance_t += atol
+        error_t = np.subtract(custom_t, numerical_t)
+        np.abs(error_t, out=error_t)
+        error_t /= tolerance_t
+    return numerical_t, tolerance_t, error_t
+
+
+def _judge(numerical_t, error_t, kinks):
+    """Worst entries (as Jacobian (row, column)), the judged and the mismatched entries (Jacobian layout).
+
+    NaN errors (a NaN custom gradient) count as mismatches; entries not judged
+    (a kink, or no finite difference) become -1 in `error_t`.
+    """
+    np.nan_to_num(error_t, copy=False, nan=np.inf)
+    error_t[~np.isfinite(numerical_t)] = -1
+    error_t[kinks] = -1
+    ranked = [(output, element) for element, output in _largest(error_t, 2 * LISTED)]
+    return ranked, error_t.T >= 0, error_t.T > 1
 
 
 def _largest(values: np.ndarray, count: int) -> list[tuple[int, int]]:

@@ -156,6 +156,10 @@ class Adapter(Protocol):
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
         """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call each."""
 
+    def second_order(self, target: Target, layout: Layout, steps: np.ndarray, upstream: np.ndarray) -> FullJacobians:
+        """For h(z) = J(z)^T u, the custom vector-Jacobian product as a function of z: `evaluations` of h at z and
+        z +- steps_i e_i ([2N+1, N]) and `custom`, the Jacobian of h through autodiff of the gradient function."""
+
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
         """[P, M]: the forward's flat floating outputs at each row of `points` ([P, N] values of z), in one compiled call."""
 

@@ -146,7 +146,7 @@ class TensorFlowAdapter:
             return flat, gradients
 
         if in_function:
-            run = self._compiled(target, layout, "decorated_gradients", lambda: tf.function(run))
+            run = self._compiled(target, layout, "decorated_gradients", run)
         outputs, gradients = run(list(layout.inputs), list(upstreams))
         return [o.numpy() for o in outputs], [g.numpy() for g in gradients]
 
@@ -166,7 +166,7 @@ class TensorFlowAdapter:
             return evaluations, custom, autodiff
 
         with_differences = steps is not None
-        compiled = self._compiled(target, layout, f"full_jacobians/{with_differences}", lambda: tf.function(compute))
+        compiled = self._compiled(target, layout, f"full_jacobians/{with_differences}", compute)
         z = self.initial_vector(layout)
         with _variables_restored(layout):
             evaluations, custom, autodiff = compiled(
@@ -175,20 +175,45 @@ class TensorFlowAdapter:
         return FullJacobians(evaluations.numpy() if with_differences else None, custom.numpy(),
                              None if np.isnan(autodiff).all() and autodiff.size else autodiff)
 
+    def second_order(self, target: Target, layout: Layout, steps: np.ndarray, upstream: np.ndarray) -> FullJacobians:
+        """The custom VJP h(z) = J(z)^T u as a function of z: central-difference evaluations and its autodiff Jacobian."""
+        def compute(inputs, z, steps, upstream):
+            sources = _sources(layout, inputs)
+            with tf.GradientTape() as outer:
+                outer.watch([inputs[k] for k in layout.perturbable])
+                gradient = _vjp(layout, inputs, target.op, upstream)
+            jacobian = outer.jacobian(gradient, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                                      experimental_use_pfor=False)
+            jacobian = tf.concat([tf.reshape(tf.cast(block, z.dtype), [tf.size(gradient), -1]) for block in jacobian],
+                                 axis=1)
+            identity = tf.linalg.diag(steps)
+            points = tf.concat([z[None], z[None] + identity, z[None] - identity], axis=0)
+            evaluations = tf.map_fn(lambda point: _vjp(layout, _leaves_at(layout, inputs, point), target.op, upstream),
+                                    points)
+            _assign_variables(layout, z)
+            return evaluations, jacobian
+
+        compiled = self._compiled(target, layout, "second_order", compute)
+        z = self.initial_vector(layout)
+        with _variables_restored(layout):
+            evaluations, jacobian = compiled(list(layout.inputs), tf.constant(z), tf.constant(steps, z.dtype),
+                                             tf.constant(upstream, z.dtype))
+        return FullJacobians(evaluations.numpy(), jacobian.numpy(), None)
+
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
         def compute(inputs, points):
             evaluations = _map(layout, lambda point: _forward_vector(target, layout, inputs, point), points)
             _assign_variables(layout, _z_vector(layout, inputs, points.dtype))
             return evaluations
 
-        compiled = self._compiled(target, layout, "evaluate_points", lambda: tf.function(compute, input_signature=[
+        compiled = self._compiled(target, layout, "evaluate_points", compute, [
             [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs], tf.TensorSpec([None, points.shape[1]], points.dtype),
-        ]))
+        ])
         with _variables_restored(layout):
             return compiled(list(layout.inputs), tf.constant(points)).numpy()
 
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        compiled = self._compiled(target, layout, "vjps", lambda: tf.function(_custom_and_autodiff_vjps(layout, target)))
+        compiled = self._compiled(target, layout, "vjps", _custom_and_autodiff_vjps(layout, target))
         custom, autodiff = compiled(list(layout.inputs), tf.constant(upstream))
         return custom.numpy(), _unless_all_nan(autodiff.numpy())
 
@@ -203,12 +228,22 @@ class TensorFlowAdapter:
         dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.float32
         return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
 
-    def _compiled(self, target: Target, layout: Layout, kind: str, make: Callable[[], Callable]) -> Callable:
-        """A compiled function for this op and input layout, traced once and reused by later checks."""
+    def _compiled(self, target: Target, layout: Layout, kind: str, function: Callable,
+                  input_signature: list | None = None) -> Callable:
+        """`function` compiled for this op and input layout, traced once and reused by later checks.
+
+        AutoGraph stays off: inside the op TensorFlow never converts the user's
+        function (tf.custom_gradient's op is exempt), so the check runs it as
+        written too.
+        """
         key = self._key(target, layout, kind)
         per_function = _compiled_functions.setdefault(target.raw, {})
         if key not in per_function:
-            per_function[key] = make()
+            compiled = tf.function(function, input_signature=input_signature, autograph=False)
+            # Each op and layout gets its own function, traced once; TensorFlow's "frequent retracing" warning
+            # counts traces per code object across all of them (Keras turns it off the same way).
+            compiled._omit_frequent_tracing_warning = True
+            per_function[key] = compiled
         return per_function[key]
 
     @staticmethod
@@ -239,7 +274,7 @@ class TensorFlowProber:
         self.signs = tf.cast(tf.where(tf.random.stateless_uniform([probes, steps.size], [seed, 1]) < 0.5, -1, 1),
                              tf.int8)
         self.upstream = tf.random.stateless_normal([outputs], [seed, 2], dtype=dtype)
-        vjps = adapter._compiled(target, layout, "vjps", lambda: tf.function(_custom_and_autodiff_vjps(layout, target)))
+        vjps = adapter._compiled(target, layout, "vjps", _custom_and_autodiff_vjps(layout, target))
         self._custom, self._autodiff = vjps(list(layout.inputs), self.upstream)
         signature = [
             [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs],
@@ -249,7 +284,7 @@ class TensorFlowProber:
         self._measure = {
             with_rounding: adapter._compiled(
                 target, layout, f"projections/{with_rounding}",
-                lambda: tf.function(_projections(target, layout, with_rounding), input_signature=signature))
+                _projections(target, layout, with_rounding), signature)
             for with_rounding in (True, False)
         }
 
@@ -374,8 +409,8 @@ def _z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:
     return tf.concat(parts, axis=0) if parts else tf.zeros([0], dtype)
 
 
-def _forward_vector(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
-    """The raw forward at the point z (variables assigned from z's tail), flattened, in z's dtype."""
+def _leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> list:
+    """The input leaves at the point z; the variables are assigned from z's tail."""
     leaves = list(inputs)
     offset = 0
     for k in layout.perturbable:
@@ -383,6 +418,12 @@ def _forward_vector(target: Target, layout: Layout, inputs: list, z: tf.Tensor) 
         leaves[k] = tf.cast(tf.reshape(z[offset:offset + size], inputs[k].shape), inputs[k].dtype)
         offset += size
     _assign_variables(layout, z, offset)
+    return leaves
+
+
+def _forward_vector(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
+    """The raw forward at the point z, flattened, in z's dtype."""
+    leaves = _leaves_at(layout, inputs, z)
     outputs, _ = target.raw(*tf.nest.pack_sequence_as(layout.structure, leaves), **layout.kwargs)
     return _flat_outputs(outputs, z.dtype)
 
