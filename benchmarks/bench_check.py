@@ -51,8 +51,10 @@ def warm_and_cold(op, *args, repeats: int = 5):
 
 def speed() -> None:
     print("1. Element-wise log1pexp: gradmagic.check vs tf.test.compute_gradient (one process, same op)")
-    print(f"   {'N':>7} {'mode':>10} {'check warm':>11} {'check cold':>11} {'compute_gradient':>17} {'ratio warm':>11}"
-          f" {'ratio cold':>11} target")
+    print(
+        f"   {'N':>7} {'mode':>10} {'check warm':>11} {'check cold':>11} {'compute_gradient':>17} {'ratio warm':>11}"
+        f" {'ratio cold':>11} target"
+    )
     op = tf.custom_gradient(log1pexp)
     for n, target in ((1_000, 20), (10_000, 50)):
         x = tf.constant(RNG.standard_normal(n).astype(np.float32))
@@ -61,8 +63,10 @@ def speed() -> None:
         tf.test.compute_gradient(op, [x])
         anchor = time.perf_counter() - start
         ratio = anchor / warm
-        print(f"   {n:>7} {report.numerics.mode:>10} {warm * 1e3:9.1f}ms {cold * 1e3:9.1f}ms {anchor * 1e3:15.0f}ms"
-              f" {ratio:10.0f}x {anchor / cold:10.1f}x >= {target}x: {'met' if ratio >= target else 'MISSED'}")
+        print(
+            f"   {n:>7} {report.numerics.mode:>10} {warm * 1e3:9.1f}ms {cold * 1e3:9.1f}ms {anchor * 1e3:15.0f}ms"
+            f" {ratio:10.0f}x {anchor / cold:10.1f}x >= {target}x: {'met' if ratio >= target else 'MISSED'}"
+        )
 
 
 def one_wrong_element(n: int, element: int):
@@ -79,14 +83,20 @@ def one_wrong_element(n: int, element: int):
 def at_a_million() -> None:
     n, element = 1_000_000, 123_457
     x = tf.constant(RNG.standard_normal(n).astype(np.float32) * 3)
-    print(f"\n2. N = {n:,} (projection mode, after the first trace; compute_gradient would need "
-          f"{2 * n * n * 4 / 1e12:.0f} TB)")
-    for name, op in (("correct log1pexp", tf.custom_gradient(log1pexp)),
-                     (f"x[{element}] off by 10%", one_wrong_element(n, element))):
+    print(
+        f"\n2. N = {n:,} (projection mode, after the first trace; compute_gradient would need "
+        f"{2 * n * n * 4 / 1e12:.0f} TB)"
+    )
+    for name, op in (
+        ("correct log1pexp", tf.custom_gradient(log1pexp)),
+        (f"x[{element}] off by 10%", one_wrong_element(n, element)),
+    ):
         warm, cold, report = warm_and_cold(op, x)
         located = ", ".join(f"{e.input}{list(e.index)}" for e in report.numerics.worst) or "-"
-        print(f"   {name:24s} verdict {report.verdict:4s} located {located:14s} {warm * 1e3:6.0f} ms "
-              f"(first call {cold:.2f} s)  target < 250 ms: {'met' if warm < 0.25 else 'MISSED'}")
+        print(
+            f"   {name:24s} verdict {report.verdict:4s} located {located:14s} {warm * 1e3:6.0f} ms "
+            f"(first call {cold:.2f} s)  target < 250 ms: {'met' if warm < 0.25 else 'MISSED'}"
+        )
 
 
 def planted_bugs() -> None:
@@ -120,14 +130,26 @@ def planted_bugs() -> None:
     bugs = [
         ("gradient scaled by 1.001", tf.custom_gradient(scaled), [RNG.standard_normal(1000).astype(np.float32)], None),
         ("1 of 1,000 off by 10%", one_wrong_element(1000, 417), [RNG.standard_normal(1000).astype(np.float32)], (417,)),
-        ("1 of 1,000,000 off by 10%", one_wrong_element(1_000_000, 765_432),
-         [RNG.standard_normal(1_000_000).astype(np.float32)], (765_432,)),
+        (
+            "1 of 1,000,000 off by 10%",
+            one_wrong_element(1_000_000, 765_432),
+            [RNG.standard_normal(1_000_000).astype(np.float32)],
+            (765_432,),
+        ),
         ("sign flip", tf.custom_gradient(sign_flip), [RNG.standard_normal(1000).astype(np.float32)], None),
         ("transposed matrix", tf.custom_gradient(transposed), [square_matrix, square_matrix.T * 2 + 1], None),
-        ("unreduced broadcast", tf.custom_gradient(unreduced_broadcast),
-         [np.ones((2, 3), np.float32), np.ones(3, np.float32)], None),
-        ("wrong variable gradient", tf.custom_gradient(wrong_variable_gradient),
-         [RNG.standard_normal(5).astype(np.float32)], None),
+        (
+            "unreduced broadcast",
+            tf.custom_gradient(unreduced_broadcast),
+            [np.ones((2, 3), np.float32), np.ones(3, np.float32)],
+            None,
+        ),
+        (
+            "wrong variable gradient",
+            tf.custom_gradient(wrong_variable_gradient),
+            [RNG.standard_normal(5).astype(np.float32)],
+            None,
+        ),
     ]
     print(f"   {'planted bug':28s} {'gradmagic':40s} compute_gradient")
     for name, op, inputs, element in bugs:
@@ -135,8 +157,9 @@ def planted_bugs() -> None:
         caught = [p.code for p in report.problems if p.severity == "error"]
         where = ""
         if element is not None:
-            found = [e.index for e in report.numerics.worst if report.numerics.mode == "projection"] or \
-                    [p.location.index for p in report.problems if p.code == "fd-mismatch"]
+            found = [e.index for e in report.numerics.worst if report.numerics.mode == "projection"] or [
+                p.location.index for p in report.problems if p.code == "fd-mismatch"
+            ]
             where = f" at {list(found[0])}" if found and found[0] == element else " NOT LOCATED"
         anchor = _anchor(op, inputs)
         print(f"   {name:28s} {('caught: ' + ','.join(caught) + where) if caught else 'MISSED':40s} {anchor}")
@@ -165,8 +188,10 @@ def planted_bugs() -> None:
     for row in rows:
         print(f"     {row}")
     report = gradmagic.check(tf.custom_gradient(two_outputs), tf.constant(2.0), tf.constant(3.0))
-    print(f"   two outputs, correct: gradmagic {report.verdict}; compute_gradient: "
-          f"{_anchor(tf.custom_gradient(two_outputs), [np.float32(2.0), np.float32(3.0)])}")
+    print(
+        f"   two outputs, correct: gradmagic {report.verdict}; compute_gradient: "
+        f"{_anchor(tf.custom_gradient(two_outputs), [np.float32(2.0), np.float32(3.0)])}"
+    )
 
 
 def _anchor(op, inputs) -> str:

@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 LOAD_REPEATS = 7
 CELL_REPEATS = 200
@@ -29,7 +28,9 @@ config.HistoryManager.hist_file = ":memory:"
 shell = InteractiveShell.instance(config=config)
 """
 
-LOAD_EXT = SHELL + """
+LOAD_EXT = (
+    SHELL
+    + """
 import json, sys
 timings = {}
 for extension in ("autoreload", "gradmagic"):
@@ -39,6 +40,7 @@ for extension in ("autoreload", "gradmagic"):
 timings["tensorflow imported"] = "tensorflow" in sys.modules
 print(json.dumps(timings))
 """
+)
 
 FUNCTION = """def log1pexp(x):
     e = tf.exp(x)
@@ -57,7 +59,9 @@ CELLS = {
     "%%custom_gradient, body form": "%%custom_gradient log1pexp(x) --quiet\n" + BODY,
 }
 
-CELL_RUNS = SHELL + f"""
+CELL_RUNS = (
+    SHELL
+    + f"""
 import json
 shell.run_line_magic("load_ext", "gradmagic")
 shell.run_cell("import tensorflow as tf")
@@ -73,6 +77,7 @@ for _ in range({CELL_REPEATS}):
         assert result.success
 print(json.dumps(times))
 """
+)
 
 
 def run_python(code: str, env: dict) -> dict:
@@ -89,9 +94,11 @@ def main() -> None:
         anchor_load = statistics.median(load["autoreload"] for load in loads)
         print(f"%load_ext, cold, median of {LOAD_REPEATS} fresh processes")
         print(f"  %load_ext autoreload (anchor)  {anchor_load * 1e3:8.2f} ms")
-        print(f"  %load_ext gradmagic            {gradmagic_load * 1e3:8.2f} ms   "
-              f"ratio {gradmagic_load / anchor_load:5.2f}   target < 100 ms: "
-              f"{'met' if gradmagic_load < 0.1 else 'MISSED'}")
+        print(
+            f"  %load_ext gradmagic            {gradmagic_load * 1e3:8.2f} ms   "
+            f"ratio {gradmagic_load / anchor_load:5.2f}   target < 100 ms: "
+            f"{'met' if gradmagic_load < 0.1 else 'MISSED'}"
+        )
         print(f"  TensorFlow imported by %load_ext: {any(load['tensorflow imported'] for load in loads)}")
 
         times = run_python(CELL_RUNS, env)
@@ -103,8 +110,10 @@ def main() -> None:
             line = f"  {name:38s} {median * 1e3:8.3f} ms"
             if name != anchor_name:
                 overhead = median - anchor
-                line += (f"   ratio {median / anchor:5.2f}   overhead {overhead * 1e3:6.3f} ms   target < 20 ms: "
-                         f"{'met' if overhead < 0.02 else 'MISSED'}")
+                line += (
+                    f"   ratio {median / anchor:5.2f}   overhead {overhead * 1e3:6.3f} ms   target < 20 ms: "
+                    f"{'met' if overhead < 0.02 else 'MISSED'}"
+                )
             print(line)
 
 

@@ -27,12 +27,21 @@ from gradmagic.op import OpInfo, attach, info_of
 
 def _tolerance_arguments(magic):
     """--rtol, --atol, --eps, --order, shared by both magics (defaults: the traits of the same names)."""
-    magic = magic_arguments.argument("--order", type=int, choices=(1, 2), default=None,
-                                     help="2: also check the derivative of the custom gradient "
-                                          "(default: %%config GradientMagics.order)")(magic)
+    magic = magic_arguments.argument(
+        "--order",
+        type=int,
+        choices=(1, 2),
+        default=None,
+        help="2: also check the derivative of the custom gradient (default: %%config GradientMagics.order)",
+    )(magic)
     for flag in ("--eps", "--atol", "--rtol"):
-        magic = magic_arguments.argument(flag, type=float, default=None, metavar="X",
-                                         help=f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})")(magic)
+        magic = magic_arguments.argument(
+            flag,
+            type=float,
+            default=None,
+            metavar="X",
+            help=f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})",
+        )(magic)
     return magic
 
 
@@ -47,14 +56,29 @@ class GradientMagics(Magics):
         "--no-check turns this off for one cell.",
     )
     quiet = Bool(False, config=True, help="Display nothing when an op is defined and its check passes.")
-    rtol = Float(None, allow_none=True, config=True,
-                 help="Relative tolerance of the finite-difference comparison (None: by dtype, 1e-5 in float64).")
-    atol = Float(None, allow_none=True, config=True,
-                 help="Absolute tolerance of the finite-difference comparison (None: by dtype, 1e-8 in float64).")
-    eps = Float(None, allow_none=True, config=True,
-                help="Relative finite-difference step (None: machine epsilon ** (1/3) of the dtype).")
-    full_threshold = Int(2000, config=True,
-                         help="Up to this many input elements, dense Jacobians are compared; above, random projections.")
+    rtol = Float(
+        None,
+        allow_none=True,
+        config=True,
+        help="Relative tolerance of the finite-difference comparison (None: by dtype, 1e-5 in float64).",
+    )
+    atol = Float(
+        None,
+        allow_none=True,
+        config=True,
+        help="Absolute tolerance of the finite-difference comparison (None: by dtype, 1e-8 in float64).",
+    )
+    eps = Float(
+        None,
+        allow_none=True,
+        config=True,
+        help="Relative finite-difference step (None: machine epsilon ** (1/3) of the dtype).",
+    )
+    full_threshold = Int(
+        2000,
+        config=True,
+        help="Up to this many input elements, dense Jacobians are compared; above, random projections.",
+    )
     probes = Int(4, config=True, help="Random directions in projection mode.")
     order = Int(1, config=True, help="2: also check the derivative of the custom gradient (what nested tapes use).")
     seed = Int(0, config=True, help="Seed of the random upstream gradients and directions.")
@@ -99,8 +123,12 @@ class GradientMagics(Magics):
         default=None,
         help="Do not call the op on the example inputs (they are still kept for %%gradcheck).",
     )
-    @magic_arguments.argument("--quiet", action="store_true", default=None,
-                              help="Display nothing when the op is defined and its check passes.")
+    @magic_arguments.argument(
+        "--quiet",
+        action="store_true",
+        default=None,
+        help="Display nothing when the op is defined and its check passes.",
+    )
     @_tolerance_arguments
     @no_var_expand
     @line_cell_magic
@@ -171,8 +199,10 @@ class GradientMagics(Magics):
                 if examples:
                     example_inputs.check_names(examples, signature, compiled.name)
                 op = adapter.decorate(function)
-                attach(op, OpInfo(compiled.name, str(signature), adapter.name, compiled.form,
-                                  cell_source.filename, examples))
+                attach(
+                    op,
+                    OpInfo(compiled.name, str(signature), adapter.name, compiled.form, cell_source.filename, examples),
+                )
                 namespace[compiled.name] = op
                 arguments = None
                 if run_check and examples:
@@ -182,8 +212,10 @@ class GradientMagics(Magics):
             raise UsageError(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
         if arguments is None:
             if not quiet:
-                print(f"{compiled.name}{signature} is now a {adapter.decorator} op "
-                      f"({adapter.display_name} {adapter.version}).")
+                print(
+                    f"{compiled.name}{signature} is now a {adapter.decorator} op "
+                    f"({adapter.display_name} {adapter.version})."
+                )
             return None
         report = self._check(op, arguments, adapter.name, options)
         return None if quiet and report.ok else report
@@ -275,8 +307,11 @@ class GradientMagics(Magics):
         except GradmagicError:
             raise
         except BaseException as error:
-            _add_note(error, f"gradmagic: the cell failed, so `{compiled.name}` was not (re)defined; "
-                             "the notebook's names are as they were before the cell.")
+            _add_note(
+                error,
+                f"gradmagic: the cell failed, so `{compiled.name}` was not (re)defined; "
+                "the notebook's names are as they were before the cell.",
+            )
             raise
 
     def _check(self, op, arguments: tuple[list, dict], framework: str, options):
@@ -284,16 +319,28 @@ class GradientMagics(Magics):
         from gradmagic.checking import check
 
         args, kwargs = arguments
-        settings = {name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
-                    for name in ("rtol", "atol", "eps", "order")}
-        return check(op, *args, kwargs=kwargs, framework=framework, full_threshold=self.full_threshold,
-                     probes=self.probes, seed=self.seed, **settings)
+        settings = {
+            name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
+            for name in ("rtol", "atol", "eps", "order")
+        }
+        return check(
+            op,
+            *args,
+            kwargs=kwargs,
+            framework=framework,
+            full_threshold=self.full_threshold,
+            probes=self.probes,
+            seed=self.seed,
+            **settings,
+        )
 
     def _evaluate_op(self, expression: str):
         try:
             op = eval(expression, self.shell.user_ns)  # noqa: S307 - the user's own expression
         except Exception as error:
-            raise GradmagicError(f"`{expression}` is not an op of the notebook ({type(error).__name__}: {error}).") from None
+            raise GradmagicError(
+                f"`{expression}` is not an op of the notebook ({type(error).__name__}: {error})."
+            ) from None
         if not callable(op):
             raise GradmagicError(f"`{expression}` is a {type(op).__name__}, not an op.")
         return op

@@ -25,6 +25,11 @@ MIME_TYPE = "application/vnd.gradmagic.report+json"
 SEVERITIES = ("error", "warning", "info")
 
 
+def element_label(name: str, index: tuple[int, ...] | None) -> str:
+    """`x[2, 0]` for an element, `x` for a scalar or the whole tensor."""
+    return f"{name}[{', '.join(map(str, index))}]" if index else name
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a problem is. Every field is optional; a problem names what it can."""
@@ -140,7 +145,7 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """"fail" with an error, "warn" with a warning, else "pass"."""
+        """ "fail" with an error, "warn" with a warning, else "pass"."""
         if not self.ok:
             return "fail"
         return "warn" if any(problem.severity == "warning" for problem in self.problems) else "pass"
@@ -178,25 +183,35 @@ class Report:
         for key in ("max_error", "noise_floor"):
             numerics[key] = _number(numerics[key])
         numerics["worst"] = tuple(
-            ElementComparison(**{
-                **_tuples(e, "index", "output_index"),
-                **{key: _number(e[key]) for key in ("custom", "numerical", "autodiff", "error")},
-            })
+            ElementComparison(
+                **{
+                    **_tuples(e, "index", "output_index"),
+                    **{key: _number(e[key]) for key in ("custom", "numerical", "autodiff", "error")},
+                }
+            )
             for e in numerics["worst"]
         )
         numerics["jacobians"] = tuple(
-            JacobianBlock(**{
-                **block,
-                "shape": tuple(block["shape"]),
-                **{key: [_number(v) for v in block[key]] for key in ("custom", "numerical", "autodiff")},
-            })
+            JacobianBlock(
+                **{
+                    **block,
+                    "shape": tuple(block["shape"]),
+                    **{key: [_number(v) for v in block[key]] for key in ("custom", "numerical", "autodiff")},
+                }
+            )
             for block in numerics["jacobians"]
         )
         return cls(
             op=OpDescription(**data["op"]),
             problems=tuple(
-                Problem(**{**p, "location": Location(**_tuples(p["location"], "index", "output_index"))
-                           if p.get("location") else None})
+                Problem(
+                    **{
+                        **p,
+                        "location": Location(**_tuples(p["location"], "index", "output_index"))
+                        if p.get("location")
+                        else None,
+                    }
+                )
                 for p in data["problems"]
             ),
             tensors=tuple(TensorRow(**_tuples(t, "shape", "expected_shape")) for t in data["tensors"]),

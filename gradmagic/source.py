@@ -92,7 +92,9 @@ def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
         name = target
     node = [node for node in functions if node.name == name][-1]
     if isinstance(node, ast.AsyncFunctionDef):
-        raise CellError(f"`{name}` (cell line {node.lineno}) is an `async def`; a custom-gradient op must be a plain `def`.")
+        raise CellError(
+            f"`{name}` (cell line {node.lineno}) is an `async def`; a custom-gradient op must be a plain `def`."
+        )
     for decorator in node.decorator_list:
         if ast.unparse(decorator).split("(")[0].endswith("custom_gradient"):
             raise CellError(
@@ -114,9 +116,7 @@ def _compile_body_form(cell: Cell, target: str) -> CompiledCell:
     _shift_columns(function, cell.magic_line.find(target) - len("def "))
     function.body = _parse_body(cell).body
     if not function.body:
-        raise CellError(
-            f"The cell is empty: write the body of `{function.name}`, ending with `return outputs, grad`."
-        )
+        raise CellError(f"The cell is empty: write the body of `{function.name}`, ending with `return outputs, grad`.")
     module = ast.Module(body=[function], type_ignores=[])
     return CompiledCell(function.name, "body", compile(module, cell.filename, "exec"))
 

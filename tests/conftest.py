@@ -104,6 +104,18 @@ def nb(shell) -> Notebook:
     shell.run_line_magic("unload_ext", "gradmagic")
 
 
+def codes(report) -> list[str]:
+    """The problem codes of a Report, in order."""
+    return [p.code for p in report.problems]
+
+
+def problem(report, code: str):
+    """The first problem with `code` (failing with the whole report if there is none)."""
+    found = [p for p in report.problems if p.code == code]
+    assert found, f"no {code} in {codes(report)}:\n{report}"
+    return found[0]
+
+
 def run_python(code: str, timeout: float = 120) -> str:
     """Run `code` in a fresh Python of this environment (for what must start clean)."""
     import subprocess

@@ -5,18 +5,9 @@ import inspect
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import codes, problem
 
 import gradmagic
-
-
-def codes(report) -> list[str]:
-    return [p.code for p in report.problems]
-
-
-def problem(report, code):
-    found = [p for p in report.problems if p.code == code]
-    assert found, f"no {code} in {codes(report)}:\n{report}"
-    return found[0]
 
 
 def line_of(function, text: str) -> int:
@@ -68,10 +59,13 @@ def test_grad_count_is_found_before_tensorflow_fails_far_away():
         take(tf.constant(2.0), tf.constant(3.0))
 
 
-@pytest.mark.parametrize("bias_shape, advice", [
-    ([3], "`tf.reduce_sum(grad, axis=[0])`"),
-    ([1, 3], "`tf.reshape(tf.reduce_sum(grad, axis=[0]), [1, 3])`"),
-])
+@pytest.mark.parametrize(
+    "bias_shape, advice",
+    [
+        ([3], "`tf.reduce_sum(grad, axis=[0])`"),
+        ([1, 3], "`tf.reshape(tf.reduce_sum(grad, axis=[0]), [1, 3])`"),
+    ],
+)
 def test_unreduced_broadcast_gradient_names_the_axes(bias_shape, advice):
     def add_bias(x, b):
         return x + b, lambda dy: (dy, dy)  # db must be summed over the broadcast axis
@@ -81,7 +75,9 @@ def test_unreduced_broadcast_gradient_names_the_axes(bias_shape, advice):
     assert f"has shape [2, 3] but `b` has shape {bias_shape}" in found.message and advice in found.message
     assert found.location.input == "b"
     row = next(r for r in report.tensors if r.name == "db")
-    assert row.role == "downstream" and row.shape == (2, 3) and row.expected_shape == tuple(bias_shape) and not row.matches
+    assert (
+        row.role == "downstream" and row.shape == (2, 3) and row.expected_shape == tuple(bias_shape) and not row.matches
+    )
 
 
 def test_gradient_of_the_wrong_dtype():
@@ -121,8 +117,10 @@ def test_gradient_function_not_returning_a_pair_with_variables():
     def scale(x):
         return x * weights, lambda dy, variables=None: dy * weights
 
-    assert "must return `(grad_xs, grad_vars)`" in problem(
-        gradmagic.check(tf.custom_gradient(scale), tf.constant([3.0])), "grad-structure").message
+    assert (
+        "must return `(grad_xs, grad_vars)`"
+        in problem(gradmagic.check(tf.custom_gradient(scale), tf.constant([3.0])), "grad-structure").message
+    )
 
 
 def test_none_gradient_warns_for_floats_and_integer_inputs_are_not_differentiable():
@@ -239,5 +237,13 @@ def test_shapes_table_lists_inputs_outputs_upstream_and_downstream():
     report = gradmagic.check(tf.custom_gradient(complex_op), tf.constant([2.0, 1.0]), tf.constant([3.0, 0.5]))
     assert report.ok, report
     rows = {(r.role, r.name) for r in report.tensors}
-    assert rows == {("input", "x"), ("input", "y"), ("output", "output[0]"), ("output", "output[1]"),
-                    ("upstream", "doutput[0]"), ("upstream", "doutput[1]"), ("downstream", "dx"), ("downstream", "dy")}
+    assert rows == {
+        ("input", "x"),
+        ("input", "y"),
+        ("output", "output[0]"),
+        ("output", "output[1]"),
+        ("upstream", "doutput[0]"),
+        ("upstream", "doutput[1]"),
+        ("downstream", "dx"),
+        ("downstream", "dy"),
+    }

@@ -1,19 +1,22 @@
 """demo.ipynb runs top to bottom in a real Jupyter kernel and shows what its text promises."""
 
 import nbformat
-from nbclient import NotebookClient
-
 from conftest import ROOT
+from nbclient import NotebookClient
 
 
 def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
     notebook = nbformat.read(ROOT / "demo.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
 
     def shown(cell) -> str:  # whitespace folded: the text report wraps its lines
-        return " ".join("".join(
-            output.get("text", "") + output.get("data", {}).get("text/plain", "") for output in cell.outputs
-        ).split())
+        return " ".join(
+            "".join(
+                output.get("text", "") + output.get("data", {}).get("text/plain", "") for output in cell.outputs
+            ).split()
+        )
 
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     outputs = [(cell.source.splitlines()[0], shown(cell)) for cell in code]
@@ -21,20 +24,32 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
     assert not [text for _, text in outputs if "AutoGraph" in text]
     expected = [
         ("def naive_log1pexp(x):", ["numpy=nan"]),
-        ("%%custom_gradient --check x=tf.constant([-5., 0., 100.])",
-         ["log1pexp(x) passes with warnings", "autodiff gives nan, the custom gradient 1 and finite differences 1"]),
+        (
+            "%%custom_gradient --check x=tf.constant([-5., 0., 100.])",
+            ["log1pexp(x) passes with warnings", "autodiff gives nan, the custom gradient 1 and finite differences 1"],
+        ),
         ("with tf.GradientTape() as tape:", ["numpy=1.0>"]),
-        ("@tf.function(jit_compile=True)", ["1.        ]"]),
-        ("%%custom_gradient --check x=tf.constant(2.0) --check y=tf.constant(3.0)",
-         ["return-structure", "`return (z, w), grad`"]),
-        ("%%custom_gradient --check x=tf.ones([2, 3]) --check b=tf.zeros([3])",
-         ["grad-shape", "`tf.reduce_sum(grad, axis=[0])`"]),
-        ("%%custom_gradient --check x=tf.constant(2.0) --check y=tf.constant(3.0)",
-         ["fd-mismatch", "d output[1][] / d y[]: custom 0, finite differences 6"]),
-        ("%%custom_gradient non_diff_op(x) --check x=tf.constant([-1.0, 0.0, 1.0])",
-         ["passes with warnings", "nondifferentiable-point (x[1])"]),
-        ("%gradcheck log1pexp x=tf.random.stateless_normal([1_000_000], seed=[1, 2])",
-         ["log1pexp(x) passes (0 errors, 0 warnings)", "(projection mode)"]),
+        ("@tf.function(jit_compile=True)", ["1. ]"]),
+        (
+            "%%custom_gradient --check x=tf.constant(2.0) --check y=tf.constant(3.0)",
+            ["return-structure", "`return (z, w), grad`"],
+        ),
+        (
+            "%%custom_gradient --check x=tf.ones([2, 3]) --check b=tf.zeros([3])",
+            ["grad-shape", "`tf.reduce_sum(grad, axis=[0])`"],
+        ),
+        (
+            "%%custom_gradient --check x=tf.constant(2.0) --check y=tf.constant(3.0)",
+            ["fd-mismatch", "d output[1] / d y: custom 0, finite differences 6"],
+        ),
+        (
+            "%%custom_gradient non_diff_op(x) --check x=tf.constant([-1.0, 0.0, 1.0])",
+            ["passes with warnings", "nondifferentiable-point (x[1])"],
+        ),
+        (
+            "%gradcheck log1pexp x=tf.random.stateless_normal([1_000_000], seed=[1, 2])",
+            ["log1pexp(x) passes (0 errors, 0 warnings)", "(projection mode)"],
+        ),
     ]
     for first_line, texts in expected:
         assert any(line == first_line and all(t in out for t in texts) for line, out in outputs), (first_line, texts)

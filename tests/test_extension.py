@@ -3,9 +3,8 @@
 import json
 from importlib import metadata
 
-from IPython.core.error import UsageError
-
 from conftest import run_python
+from IPython.core.error import UsageError
 
 SHELL = """
 import json, sys

@@ -4,9 +4,8 @@ import queue
 import time
 
 import pytest
-from jupyter_client.manager import start_new_kernel
-
 from conftest import ISOLATED_ENV
+from jupyter_client.manager import start_new_kernel
 
 
 @pytest.fixture
@@ -42,7 +41,9 @@ def run(client, code: str, timeout: float = 120) -> dict:
 
 def test_ctrl_c_interrupts_a_hanging_check_and_the_kernel_stays_usable(kernel):
     manager, client = kernel
-    setup = run(client, """
+    setup = run(
+        client,
+        """
 %load_ext gradmagic
 import time
 import tensorflow as tf
@@ -55,7 +56,8 @@ def hangs_when_traced(x):
         return dy * weights, [dy * x]
     return x * weights, grad
 op = tf.custom_gradient(hangs_when_traced)
-""")
+""",
+    )
     assert setup["status"] == "ok", setup["shown"]
 
     message_id = client.execute("%gradcheck op x=tf.constant([3.0, 4.0])")
@@ -73,11 +75,14 @@ op = tf.custom_gradient(hangs_when_traced)
 
     after = run(client, "print(weights.numpy().tolist(), 40 + 2)")
     assert after["status"] == "ok" and "[1.0, 2.0] 42" in after["shown"]
-    again = run(client, """
+    again = run(
+        client,
+        """
 def fine(x):
     def grad(dy, variables=None):
         return dy * weights, [dy * x]
     return x * weights, grad
 %gradcheck fine x=tf.constant([3.0, 4.0])
-""")
+""",
+    )
     assert again["status"] == "ok" and "passes" in again["shown"], again["shown"]

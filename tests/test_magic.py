@@ -147,7 +147,10 @@ grads = [g.numpy() for g in tape.gradient(y, [a, b])]
 
 
 def test_signature_may_have_spaces_and_a_space_before_the_parenthesis(nb):
-    nb.ok("%%custom_gradient square (x, power = 2) --check x=tf.constant([1., 2.])\nreturn x ** power, lambda dy: dy * power * x ** (power - 1)")
+    nb.ok(
+        "%%custom_gradient square (x, power = 2) --check x=tf.constant([1., 2.])\n"
+        "return x ** power, lambda dy: dy * power * x ** (power - 1)"
+    )
     assert str(inspect.signature(nb.ns["square"])) == "(x, power=2)"
 
 
@@ -160,20 +163,27 @@ def test_check_displays_the_report_and_keeps_it_as_the_cell_value(nb):
 
 
 def test_failing_check_still_binds_the_op_and_shows_the_problem(nb):
-    run = nb.ok("%%custom_gradient --check x=tf.constant([1., 2.])\ndef square(x):\n    return x * x, lambda dy: dy * 3 * x")
+    run = nb.ok(
+        "%%custom_gradient --check x=tf.constant([1., 2.])\ndef square(x):\n    return x * x, lambda dy: dy * 3 * x"
+    )
     assert "square(x) fails" in run.stdout and "fd-mismatch" in run.stdout
     assert info_of(nb.ns["square"]) is not None
 
 
 def test_quiet_hides_a_passing_report_but_not_a_failing_one(nb):
     assert nb.ok("%%custom_gradient --quiet --check x=tf.constant([1.])\n" + SQUARE).stdout == ""
-    run = nb.ok("%%custom_gradient --quiet --check x=tf.constant([1.])\ndef square(x):\n    return x * x, lambda dy: dy")
+    run = nb.ok(
+        "%%custom_gradient --quiet --check x=tf.constant([1.])\ndef square(x):\n    return x * x, lambda dy: dy"
+    )
     assert "square(x) fails" in run.stdout
 
 
 def test_tolerances_from_the_line_and_from_config(nb):
     # 1.001 times the derivative: caught by float64 defaults, accepted with rtol=1e-2.
-    cell = "%%custom_gradient {}--check x=tf.constant([1., 2.])\ndef square(x):\n    return x * x, lambda dy: dy * 2.002 * x"
+    cell = (
+        "%%custom_gradient {}--check x=tf.constant([1., 2.])\n"
+        "def square(x):\n    return x * x, lambda dy: dy * 2.002 * x"
+    )
     assert "square(x) fails" in nb.ok(cell.format("")).stdout
     assert "square(x) passes" in nb.ok(cell.format("--rtol 1e-2 ")).stdout
     nb.ok("%config GradientMagics.rtol = 1e-2")
@@ -200,8 +210,10 @@ def pick(x, options):
 
 
 def test_order_two_from_the_line(nb):
-    cell = ("%%custom_gradient {}--check x=tf.constant([1., 2.])\ndef frozen(x):\n"
-            "    slope = tf.stop_gradient(3 * x * x)\n    return x ** 3, lambda dy: dy * slope")
+    cell = (
+        "%%custom_gradient {}--check x=tf.constant([1., 2.])\ndef frozen(x):\n"
+        "    slope = tf.stop_gradient(3 * x * x)\n    return x ** 3, lambda dy: dy * slope"
+    )
     assert "frozen(x) passes" in nb.ok(cell.format("")).stdout
     run = nb.ok(cell.format("--order 2 "))
     assert "frozen(x) fails" in run.stdout and "second-order-mismatch" in run.stdout
@@ -243,8 +255,14 @@ def test_config_lists_the_traits_with_their_help(nb):
 
 def test_help_documents_the_line_syntax_with_an_example(nb):
     help_text = nb.shell.object_inspect_mime("%custom_gradient")["text/plain"]
-    for expected in ("--check ARG=EXPR", "--no-check", "--quiet", "--rtol X", "NAME(PARAMS)",
-                     "%%custom_gradient log1pexp(x) --check x=tf.constant([-5., 0., 100.])"):
+    for expected in (
+        "--check ARG=EXPR",
+        "--no-check",
+        "--quiet",
+        "--rtol X",
+        "NAME(PARAMS)",
+        "%%custom_gradient log1pexp(x) --check x=tf.constant([-5., 0., 100.])",
+    ):
         assert expected in help_text
     assert "%gradcheck OP ARG=EXPR" in nb.shell.object_inspect_mime("%gradcheck")["text/plain"]
 
@@ -256,7 +274,7 @@ def test_line_form_explains_it_is_a_cell_magic(nb):
 
 def test_gradcheck_checks_a_hand_decorated_op(nb):
     nb.ok("@tf.custom_gradient\n" + SQUARE)
-    run = nb.ok("report = %gradcheck square x=tf.ones([2, 3])")
+    nb.ok("report = %gradcheck square x=tf.ones([2, 3])")
     report = nb.ns["report"]
     assert report.ok and report.op.origin == "decorated" and report.op.name == "square"
     assert report.numerics.elements == 6
@@ -300,5 +318,7 @@ def test_bad_magic_lines_are_usage_errors_naming_the_cause(nb, line, message):
 
 
 def test_missing_required_input_is_named(nb):
-    run = nb.fails("%%custom_gradient --check x=1.\ndef f(x, y):\n    return x * y, lambda d: (d * y, d * x)", UsageError)
+    run = nb.fails(
+        "%%custom_gradient --check x=1.\ndef f(x, y):\n    return x * y, lambda d: (d * y, d * x)", UsageError
+    )
     assert "No example input for `y` of `f(x, y)`: add `--check y=EXPR`" in run.stderr

@@ -29,8 +29,9 @@ def reports() -> dict[str, Report]:
     return {
         "passing with NaN autodiff": gradmagic.check(tf.custom_gradient(log1pexp), tf.constant([-5.0, 0.0, 100.0])),
         "structure error": gradmagic.check(tf.custom_gradient(add_bias), tf.ones([2, 3]), tf.ones([3])),
-        "projection": gradmagic.check(lambda x: (tf.sin(x), lambda dy: dy * tf.cos(x) * bump),
-                                      tf.constant(np.linspace(0, 1, 5000))),
+        "projection": gradmagic.check(
+            lambda x: (tf.sin(x), lambda dy: dy * tf.cos(x) * bump), tf.constant(np.linspace(0, 1, 5000))
+        ),
     }
 
 

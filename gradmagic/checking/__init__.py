@@ -43,7 +43,9 @@ class CheckOptions:
             raise ValueError(f"order must be 1 or 2, not {self.order!r}")
 
 
-def check(op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", **options: Any) -> Report:
+def check(
+    op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", **options: Any
+) -> Report:
     """Check the custom gradient of `op` at the example inputs `args`.
 
     `op` may be an op made by `%%custom_gradient`, a function decorated with
@@ -59,8 +61,13 @@ def check(op: Callable, *args: Any, kwargs: dict | None = None, framework: str =
     findings = Findings(target, source)
     timings: dict[str, float] = {}
     description = OpDescription(
-        target.name, str(target.signature) if target.signature else "(...)", adapter.name, adapter.version,
-        target.origin, "eager", source,
+        target.name,
+        str(target.signature) if target.signature else "(...)",
+        adapter.name,
+        adapter.version,
+        target.origin,
+        "eager",
+        source,
     )
     numerics = Numerics(mode="skipped", skipped_because="structure errors")
 
@@ -69,8 +76,13 @@ def check(op: Callable, *args: Any, kwargs: dict | None = None, framework: str =
         trial = check_structure(adapter, target, inputs, settings.seed, findings)
         timings["structure"] = time.perf_counter() - started
         if trial is not None and not findings.failed:
-            layout = Layout(inputs.structure, inputs.kwargs, tuple(inputs.leaves),
-                            tuple(k for k, meta in enumerate(inputs.metas) if meta.floating), tuple(trial.variables))
+            layout = Layout(
+                inputs.structure,
+                inputs.kwargs,
+                tuple(inputs.leaves),
+                tuple(k for k, meta in enumerate(inputs.metas) if meta.floating),
+                tuple(trial.variables),
+            )
             if settings.graph:
                 mark = time.perf_counter()
                 _compare_graph(adapter, target, layout, trial, findings)
@@ -80,14 +92,18 @@ def check(op: Callable, *args: Any, kwargs: dict | None = None, framework: str =
                 try:
                     numerics = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings)
                 except Exception as error:  # the op failing at perturbed inputs, or inside a compiled function
-                    findings.add("fd-error", "error",
-                                 f"Evaluating `{target.name}` for the finite differences (at inputs perturbed by a "
-                                 f"tiny step, inside tf.function) raised {type(error).__name__}: {_cause(error)}")
+                    findings.add(
+                        "fd-error",
+                        "error",
+                        f"Evaluating `{target.name}` for the finite differences (at inputs perturbed by a "
+                        f"tiny step, inside tf.function) raised {type(error).__name__}: {_cause(error)}",
+                    )
                     numerics = Numerics(mode="skipped", skipped_because="the op failed at perturbed inputs")
                 timings["numerics"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - started
-    return Report(description, tuple(findings.problems), tuple(findings.rows), numerics, timings,
-                  dataclasses.asdict(settings))
+    return Report(
+        description, tuple(findings.problems), tuple(findings.rows), numerics, timings, dataclasses.asdict(settings)
+    )
 
 
 def assert_gradient(op: Callable, *args: Any, **options: Any) -> Report:
@@ -109,14 +125,19 @@ def _source_label(filename: str | None) -> str | None:
     return " ".join(label) if label else filename
 
 
-def _prepare_inputs(adapter: Adapter, target: Target, args: tuple, kwargs: dict, findings: Findings) -> CheckInputs | None:
+def _prepare_inputs(
+    adapter: Adapter, target: Target, args: tuple, kwargs: dict, findings: Findings
+) -> CheckInputs | None:
     names = name_inputs(adapter, target.signature, args)
     try:
         structure = adapter.to_tensors(args)
     except (TypeError, ValueError) as error:
-        findings.add("input-type", "error",
-                     f"An example input cannot become a tensor ({type(error).__name__}: {str(error).splitlines()[0]}). "
-                     "Give tensors, NumPy arrays or Python numbers.")
+        findings.add(
+            "input-type",
+            "error",
+            f"An example input cannot become a tensor ({type(error).__name__}: {str(error).splitlines()[0]}). "
+            "Give tensors, NumPy arrays or Python numbers.",
+        )
         return None
     leaves = adapter.flatten(structure)
     return CheckInputs(structure, kwargs, leaves, names, [adapter.meta(leaf) for leaf in leaves])
@@ -128,24 +149,34 @@ def _compare_graph(adapter: Adapter, target: Target, layout: Layout, trial, find
         graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams, in_function=True)
     except Exception as error:  # TensorFlow's own error about the user's op
         cause = _cause(error)
-        advice = ("Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph "
-                  "cannot.")
+        advice = "Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph cannot."
         if "keywords arguments only when eager" in cause:
-            advice = ("tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
-                      "make the op with %%custom_gradient, whose op accepts them.")
-        findings.add("graph-mismatch", "error",
-                     f"`{target.name}` works eagerly but taking its gradient inside tf.function fails: "
-                     f"{type(error).__name__}: {cause} {advice}")
+            advice = (
+                "tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
+                "make the op with %%custom_gradient, whose op accepts them."
+            )
+        findings.add(
+            "graph-mismatch",
+            "error",
+            f"`{target.name}` works eagerly but taking its gradient inside tf.function fails: "
+            f"{type(error).__name__}: {cause} {advice}",
+        )
         return
     eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
-    for what, eager, graph in (("output", trial.outputs, graph_outputs), ("gradient", eager_gradients, graph_gradients)):
+    for what, eager, graph in (
+        ("output", trial.outputs, graph_outputs),
+        ("gradient", eager_gradients, graph_gradients),
+    ):
         for position, (value, in_graph) in enumerate(zip(eager, graph)):
             value = np.zeros_like(in_graph) if value is None else adapter.to_numpy(value)
             if not np.allclose(value, in_graph, rtol=1e-5, atol=1e-6, equal_nan=True):
-                findings.add("graph-mismatch", "error",
-                             f"`{target.name}` gives a different {what} (#{position}) eagerly and inside tf.function: "
-                             f"largest difference {np.nanmax(np.abs(value - in_graph)):.3g}. Python-side state or "
-                             "randomness in the op behaves differently when traced.")
+                findings.add(
+                    "graph-mismatch",
+                    "error",
+                    f"`{target.name}` gives a different {what} (#{position}) eagerly and inside tf.function: "
+                    f"largest difference {np.nanmax(np.abs(value - in_graph)):.3g}. Python-side state or "
+                    "randomness in the op behaves differently when traced.",
+                )
                 return
 
 
@@ -158,8 +189,15 @@ def _cause(error: Exception) -> str:
     return " ".join(lines[:3])
 
 
-def _compare_numbers(adapter: Adapter, target: Target, layout: Layout, inputs: CheckInputs, trial, settings: CheckOptions,
-                     findings: Findings) -> Numerics:
+def _compare_numbers(
+    adapter: Adapter,
+    target: Target,
+    layout: Layout,
+    inputs: CheckInputs,
+    trial,
+    settings: CheckOptions,
+    findings: Findings,
+) -> Numerics:
     if not layout.perturbable and not layout.variables:
         return Numerics(mode="skipped", skipped_because="no floating input or variable to perturb")
     if not any(meta.floating for meta in trial.output_metas):
@@ -177,9 +215,12 @@ def _compare_numbers(adapter: Adapter, target: Target, layout: Layout, inputs: C
     elements = int(columns.offsets[-1])
     if elements > settings.full_threshold:
         if settings.order == 2:
-            findings.add("second-order-skipped", "info",
-                         f"The second-order check runs with dense Jacobians, up to full_threshold = "
-                         f"{settings.full_threshold} elements; this op has {elements}. Check it at smaller inputs.")
+            findings.add(
+                "second-order-skipped",
+                "info",
+                f"The second-order check runs with dense Jacobians, up to full_threshold = "
+                f"{settings.full_threshold} elements; this op has {elements}. Check it at smaller inputs.",
+            )
         return projection.compare_projected(adapter, target, precise, layout, columns, rows, settings, findings)
     numerics = numeric.compare_full(adapter, target, precise, layout, columns, rows, settings, findings)
     if settings.order == 2:
@@ -195,8 +236,12 @@ def _in_float64(adapter: Adapter, target: Target, layout: Layout) -> Layout:
     for k in layout.perturbable:
         inputs[k] = adapter.cast(inputs[k], "float64")
     candidate = dataclasses.replace(layout, inputs=tuple(inputs), structure=adapter.pack(layout.structure, inputs))
-    key = (tuple(adapter.meta(leaf) for leaf in layout.inputs), layout.perturbable,
-           tuple(id(v) for v in layout.variables), tuple((name, id(value)) for name, value in layout.kwargs.items()))
+    key = (
+        tuple(adapter.meta(leaf) for leaf in layout.inputs),
+        layout.perturbable,
+        tuple(id(v) for v in layout.variables),
+        tuple((name, id(value)) for name, value in layout.kwargs.items()),
+    )
     known = _ACCEPTS_FLOAT64.setdefault(target.raw, {})
     if key not in known:
         known[key] = _accepts(adapter, target, candidate)
@@ -209,8 +254,10 @@ def _accepts(adapter: Adapter, target: Target, layout: Layout) -> bool:
         outputs, _ = target.raw(*layout.structure, **layout.kwargs)
     except Exception:  # the forward mixes in float32 constants or variables: stay in its own precision
         return False
-    return not any((meta := adapter.meta(o)) is not None and meta.floating and meta.dtype != "float64"
-                   for o in adapter.flatten(outputs))
+    return not any(
+        (meta := adapter.meta(o)) is not None and meta.floating and meta.dtype != "float64"
+        for o in adapter.flatten(outputs)
+    )
 
 
 # Per raw function (dropped with it): input layouts whose float64 version the forward accepts.

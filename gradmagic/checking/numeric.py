@@ -15,7 +15,7 @@ import numpy as np
 
 from gradmagic.checking.structure import LISTED, Findings
 from gradmagic.frameworks.base import Adapter, Layout, Target
-from gradmagic.report import ElementComparison, JacobianBlock, Numerics
+from gradmagic.report import ElementComparison, JacobianBlock, Numerics, element_label
 
 #: Default (rtol, atol) by the dtype finite differences run in.
 TOLERANCES = {
@@ -73,8 +73,16 @@ def steps_for(adapter: Adapter, layout: Layout, z: np.ndarray, eps: float | None
     return steps
 
 
-def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Layout, columns: Axis, rows: Axis,
-                 options, findings: Findings) -> Numerics:
+def compare_full(
+    adapter: Adapter,
+    target: Target,
+    layout: Layout,
+    original: Layout,
+    columns: Axis,
+    rows: Axis,
+    options,
+    findings: Findings,
+) -> Numerics:
     """Full-Jacobian comparison; records fd-mismatch, nondifferentiable-point and autodiff-* problems."""
     z = adapter.initial_vector(layout)
     dtype = str(z.dtype)
@@ -85,7 +93,7 @@ def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Lay
 
     n = z.size
     evaluations = jacobians.evaluations
-    center, plus, minus = evaluations[0], evaluations[1:n + 1], evaluations[n + 1:]
+    center, plus, minus = evaluations[0], evaluations[1 : n + 1], evaluations[n + 1 :]
     h = steps[:, None]
     custom = jacobians.custom
     numerical_t, tolerance_t, error_t = _central_differences(evaluations, custom, steps, rtol, atol)
@@ -95,8 +103,18 @@ def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Lay
         jump_t -= 2 * center
         np.abs(jump_t, out=jump_t)
         jump_t /= h
-    kinks = _kinks(adapter, target, layout, z, steps, center, plus, minus,
-                   np.flatnonzero((jump_t > tolerance_t).any(axis=1)), tolerance_t)
+    kinks = _kinks(
+        adapter,
+        target,
+        layout,
+        z,
+        steps,
+        center,
+        plus,
+        minus,
+        np.flatnonzero((jump_t > tolerance_t).any(axis=1)),
+        tolerance_t,
+    )
     ranked, judged, mismatched = _judge(numerical_t, error_t, kinks)
     numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
 
@@ -104,26 +122,45 @@ def compare_full(adapter: Adapter, target: Target, layout: Layout, original: Lay
     if kinks.any():
         _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings)
     _report_mismatch(mismatched, ranked, error, custom, numerical, columns, rows, findings)
-    _report_autodiff(at_original.custom, autodiff_original, numerical, jacobians.autodiff, tolerance, judged,
-                     mismatched, original_z=adapter.initial_vector(original), columns=columns, rows=rows,
-                     findings=findings)
+    _report_autodiff(
+        at_original.custom,
+        autodiff_original,
+        numerical,
+        jacobians.autodiff,
+        tolerance,
+        judged,
+        mismatched,
+        original_z=adapter.initial_vector(original),
+        columns=columns,
+        rows=rows,
+        findings=findings,
+    )
 
-    worst = [_element(columns, rows, row, column, custom, numerical, autodiff_original, error)
-             for row, column in ranked if judged[row, column]]
+    worst = [
+        _element(columns, rows, row, column, custom, numerical, autodiff_original, error)
+        for row, column in ranked
+        if judged[row, column]
+    ]
     blocks = []
     if custom.size <= REPORTED_JACOBIAN_ENTRIES:
         blocks = _blocks(columns, rows, custom, numerical, autodiff_original)
     finite_errors = error_t[(error_t >= 0) & (error_t < np.inf)]
     return Numerics(
-        mode="full", dtype=dtype, rtol=rtol, atol=atol,
+        mode="full",
+        dtype=dtype,
+        rtol=rtol,
+        atol=atol,
         eps=options.eps if options.eps is not None else adapter.machine_epsilon(dtype) ** (1 / 3),
-        elements=n, max_error=float(finite_errors.max()) if finite_errors.size else None,
-        worst=tuple(worst), jacobians=tuple(blocks),
+        elements=n,
+        max_error=float(finite_errors.max()) if finite_errors.size else None,
+        worst=tuple(worst),
+        jacobians=tuple(blocks),
     )
 
 
-def compare_second_order(adapter: Adapter, target: Target, layout: Layout, columns: Axis, rows: Axis, options,
-                         findings: Findings) -> None:
+def compare_second_order(
+    adapter: Adapter, target: Target, layout: Layout, columns: Axis, rows: Axis, options, findings: Findings
+) -> None:
     """Order 2: the custom gradient, as a function of the inputs, against its finite differences.
 
     h(z) = J(z)^T u for a random upstream u; its Jacobian through autodiff of
@@ -140,22 +177,28 @@ def compare_second_order(adapter: Adapter, target: Target, layout: Layout, colum
     if not mismatched.any():
         return
     gradients = Axis(tuple(f"d{name}" for name in columns.names), columns.shapes)
-    listing = []
-    for row, column in [(row, column) for row, column in ranked if mismatched[row, column]][:LISTED]:
-        g_name, g_index = gradients.label(int(row))
-        i_name, i_index = columns.label(int(column))
-        listing.append(f"d {g_name}{list(g_index)} / d {i_name}{list(i_index)}: through the gradient function "
-                       f"{second.custom[row, column]:.6g}, finite differences {numerical_t[column, row]:.6g}")
-    row, column = next((row, column) for row, column in ranked if mismatched[row, column])
+    listing, (_, column) = _listing(
+        ranked,
+        mismatched,
+        columns,
+        gradients,
+        lambda row, column: (
+            f"through the gradient function {second.custom[row, column]:.6g}, "
+            f"finite differences {numerical_t[column, row]:.6g}"
+        ),
+    )
     name, index = columns.label(int(column))
     findings.add(
-        "second-order-mismatch", "error",
+        "second-order-mismatch",
+        "error",
         f"Second order: the derivative of the custom gradient (what nested tapes compute) disagrees with finite "
         f"differences of the custom gradient at {int(mismatched.sum())} of {mismatched.size} elements. "
-        + "; ".join(listing) + ". The gradient function is right at this point but its own ops do not "
+        + "; ".join(listing)
+        + ". The gradient function is right at this point but its own ops do not "
         "differentiate to the second derivative: compute it from differentiable tensors (not constants or "
         "tf.stop_gradient), or give it a custom gradient too.",
-        input=name, index=index,
+        input=name,
+        index=index,
     )
 
 
@@ -167,7 +210,7 @@ def _central_differences(evaluations, custom, steps, rtol, atol):
     rtol; an error above 1 is a mismatch. In-place arithmetic: N x M entries.
     """
     n = steps.size
-    plus, minus = evaluations[1:n + 1], evaluations[n + 1:]
+    plus, minus = evaluations[1 : n + 1], evaluations[n + 1 :]
     h = steps[:, None]
     with np.errstate(all="ignore"):
         custom_t = np.ascontiguousarray(custom.T)
@@ -207,8 +250,9 @@ def _largest(values: np.ndarray, count: int) -> list[tuple[int, int]]:
     row_maxima = values.max(axis=1)
     count = min(count, values.size)
     rows = np.argsort(row_maxima)[::-1][:count]
-    candidates = [(values[row, column], int(row), int(column))
-                  for row in rows for column in np.argsort(values[row])[::-1][:count]]
+    candidates = [
+        (values[row, column], int(row), int(column)) for row in rows for column in np.argsort(values[row])[::-1][:count]
+    ]
     return [(row, column) for _, row, column in sorted(candidates, reverse=True)[:count]]
 
 
@@ -242,36 +286,58 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
         name, index = columns.label(int(column))
         row = int(np.argmax(np.abs(forward_side[:, column] - backward_side[:, column])))
         findings.add(
-            "nondifferentiable-point", "warning",
-            f"At {name}{list(index)} = {z[column]:.6g} the forward is not differentiable: its slope is "
+            "nondifferentiable-point",
+            "warning",
+            f"At {element_label(name, index)} = {z[column]:.6g} the forward is not differentiable: its slope is "
             f"{backward_side[row, column]:.6g} from the left and {forward_side[row, column]:.6g} from the right. "
             "This element is left out of the finite-difference comparison; any value between is a valid "
             "subgradient. Check the op at a point away from the kink too.",
-            input=name, index=index,
+            input=name,
+            index=index,
         )
     if len(kink_columns) > LISTED:
-        findings.add("nondifferentiable-point", "warning",
-                     f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.")
+        findings.add(
+            "nondifferentiable-point",
+            "warning",
+            f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.",
+        )
 
 
-def _report_mismatch(mismatched, ranked, error, custom, numerical, columns: Axis, rows: Axis,
-                     findings: Findings) -> None:
+def _report_mismatch(
+    mismatched, ranked, error, custom, numerical, columns: Axis, rows: Axis, findings: Findings
+) -> None:
     count = int(mismatched.sum())
     if not count:
         return
-    listing = []
-    for row, column in [(row, column) for row, column in ranked if mismatched[row, column]][:LISTED]:
-        i_name, i_index = columns.label(int(column))
-        o_name, o_index = rows.label(int(row))
-        listing.append(f"d {o_name}{list(o_index)} / d {i_name}{list(i_index)}: custom {custom[row, column]:.6g}, "
-                       f"finite differences {numerical[row, column]:.6g}")
-    row, column = next((row, column) for row, column in ranked if mismatched[row, column])
+    listing, (row, column) = _listing(
+        ranked,
+        mismatched,
+        columns,
+        rows,
+        lambda row, column: f"custom {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}",
+    )
     input_name, index = columns.label(int(column))
     output_name, output_index = rows.label(int(row))
-    message = (f"The custom gradient disagrees with finite differences at {count} of {error.size} Jacobian "
-               f"element{'s' if error.size > 1 else ''}. " + "; ".join(listing) + "." + _pattern(mismatched, custom, numerical))
-    findings.add("fd-mismatch", "error", message, input=input_name, index=index, output=output_name,
-                 output_index=output_index)
+    message = (
+        f"The custom gradient disagrees with finite differences at {count} of {error.size} Jacobian "
+        f"element{'s' if error.size > 1 else ''}. " + "; ".join(listing) + "." + _pattern(mismatched, custom, numerical)
+    )
+    findings.add(
+        "fd-mismatch", "error", message, input=input_name, index=index, output=output_name, output_index=output_index
+    )
+
+
+def _listing(ranked, mismatched, columns: Axis, rows: Axis, values) -> tuple[list[str], tuple[int, int]]:
+    """The worst mismatched entries as `d out[i] / d in[j]: <values(row, column)>`, and the worst (row, column)."""
+    entries = [(row, column) for row, column in ranked if mismatched[row, column]]
+    lines = []
+    for row, column in entries[:LISTED]:
+        output, output_index = rows.label(int(row))
+        element, index = columns.label(int(column))
+        lines.append(
+            f"d {element_label(output, output_index)} / d {element_label(element, index)}: {values(row, column)}"
+        )
+    return lines, entries[0]
 
 
 def _pattern(mismatched, custom, numerical) -> str:
@@ -286,13 +352,27 @@ def _pattern(mismatched, custom, numerical) -> str:
             return " The custom gradient has the opposite sign wherever it is wrong: a sign is flipped."
         if np.isclose(ratio, 0, atol=1e-9):
             return " The custom gradient is zero wherever it is wrong: a term is missing."
-        return (f" Wherever it is wrong, the custom gradient is {ratio:.6g} times the finite differences: "
-                "a constant factor is off.")
+        return (
+            f" Wherever it is wrong, the custom gradient is {ratio:.6g} times the finite differences: "
+            "a constant factor is off."
+        )
     return ""
 
 
-def _report_autodiff(custom_original, autodiff_original, numerical, autodiff, tolerance, judged, mismatched, *,
-                     original_z, columns: Axis, rows: Axis, findings: Findings) -> None:
+def _report_autodiff(
+    custom_original,
+    autodiff_original,
+    numerical,
+    autodiff,
+    tolerance,
+    judged,
+    mismatched,
+    *,
+    original_z,
+    columns: Axis,
+    rows: Axis,
+    findings: Findings,
+) -> None:
     if autodiff_original is not None and not np.isfinite(autodiff_original).all():
         with np.errstate(all="ignore"):
             rescued = ~np.isfinite(autodiff_original) & np.isfinite(custom_original) & ~mismatched
@@ -304,13 +384,18 @@ def _report_autodiff(custom_original, autodiff_original, numerical, autodiff, to
             output_name, output_index = rows.label(row)
             count = rescued_columns.size
             findings.add(
-                "autodiff-nonfinite", "info",
-                f"TensorFlow's own gradient of the forward is NaN/Inf at {count} input element{'s' if count > 1 else ''}"
-                f": at {name}{list(index)} = {original_z[column]:.6g}, for d {output_name}{list(output_index)} "
+                "autodiff-nonfinite",
+                "info",
+                f"TensorFlow's own gradient of the forward is NaN/Inf at {count} input "
+                f"element{'s' if count > 1 else ''}: at {element_label(name, index)} = {original_z[column]:.6g}, "
+                f"for d {element_label(output_name, output_index)} "
                 f"autodiff gives {autodiff_original[row, column]:.6g}, the custom gradient "
                 f"{custom_original[row, column]:.6g} and finite differences {numerical[row, column]:.6g}. "
                 "The custom gradient fixes it.",
-                input=name, index=index, output=output_name, output_index=output_index,
+                input=name,
+                index=index,
+                output=output_name,
+                output_index=output_index,
             )
     if autodiff is not None:
         with np.errstate(all="ignore"):
@@ -321,13 +406,15 @@ def _report_autodiff(custom_original, autodiff_original, numerical, autodiff, to
             row, column = np.argwhere(differs)[0]
             name, index = columns.label(int(column))
             findings.add(
-                "autodiff-differs", "info",
+                "autodiff-differs",
+                "info",
                 f"TensorFlow's own gradient of the forward differs from the true derivative at {int(differs.sum())} "
-                f"element{'s' if differs.sum() > 1 else ''} (at {name}{list(index)}: autodiff "
+                f"element{'s' if differs.sum() > 1 else ''} (at {element_label(name, index)}: autodiff "
                 f"{autodiff[row, column]:.6g}, finite differences {numerical[row, column]:.6g}), while the custom "
                 "gradient matches: the forward uses ops whose registered gradient is not their derivative "
                 "(round, sign, stop_gradient, ...).",
-                input=name, index=index,
+                input=name,
+                index=index,
             )
 
 
@@ -335,8 +422,14 @@ def _element(columns: Axis, rows: Axis, row, column, custom, numerical, autodiff
     name, index = columns.label(int(column))
     output_name, output_index = rows.label(int(row))
     return ElementComparison(
-        name, index, output_name, output_index, float(custom[row, column]), float(numerical[row, column]),
-        None if autodiff is None else float(autodiff[row, column]), float(error[row, column]),
+        name,
+        index,
+        output_name,
+        output_index,
+        float(custom[row, column]),
+        float(numerical[row, column]),
+        None if autodiff is None else float(autodiff[row, column]),
+        float(error[row, column]),
     )
 
 
@@ -345,9 +438,19 @@ def _blocks(columns: Axis, rows: Axis, custom, numerical, autodiff) -> list[Jaco
     for i, (input_name, start, stop) in enumerate(zip(columns.names, columns.offsets, columns.offsets[1:])):
         for output_name, row_start, row_stop in zip(rows.names, rows.offsets, rows.offsets[1:]):
             part = (slice(row_start, row_stop), slice(start, stop))
-            blocks.append(JacobianBlock(
-                input_name, output_name, (int(row_stop - row_start), int(stop - start)),
-                [float(v) for v in custom[part].ravel()], [float(v) for v in numerical[part].ravel()],
-                [float(v) for v in (autodiff[part].ravel() if autodiff is not None else np.full(custom[part].size, np.nan))],
-            ))
+            blocks.append(
+                JacobianBlock(
+                    input_name,
+                    output_name,
+                    (int(row_stop - row_start), int(stop - start)),
+                    [float(v) for v in custom[part].ravel()],
+                    [float(v) for v in numerical[part].ravel()],
+                    [
+                        float(v)
+                        for v in (
+                            autodiff[part].ravel() if autodiff is not None else np.full(custom[part].size, np.nan)
+                        )
+                    ],
+                )
+            )
     return blocks

@@ -33,7 +33,7 @@ import numpy as np
 from gradmagic.checking.numeric import Axis, steps_for, tolerances
 from gradmagic.checking.structure import LISTED, Findings
 from gradmagic.frameworks.base import Adapter, Layout, Target
-from gradmagic.report import ElementComparison, Numerics
+from gradmagic.report import ElementComparison, Numerics, element_label
 
 #: A direction fails when its error exceeds this many times the noise floor.
 NOISE_MARGIN = 30.0
@@ -49,19 +49,30 @@ BLOCKS = 16
 MAX_BASE = 1024
 
 
-def compare_projected(adapter: Adapter, target: Target, layout: Layout, original: Layout, columns: Axis, rows: Axis,
-                      options, findings: Findings) -> Numerics:
+def compare_projected(
+    adapter: Adapter,
+    target: Target,
+    layout: Layout,
+    original: Layout,
+    columns: Axis,
+    rows: Axis,
+    options,
+    findings: Findings,
+) -> Numerics:
     z = adapter.initial_vector(layout)
     dtype = str(z.dtype)
     epsilon = float(np.finfo(z.dtype).eps)
     probes = options.probes
-    prober = adapter.prober(target, layout, steps_for(adapter, layout, z, options.eps), int(rows.offsets[-1]),
-                            options.seed, probes)
+    prober = adapter.prober(
+        target, layout, steps_for(adapter, layout, z, options.eps), int(rows.offsets[-1]), options.seed, probes
+    )
 
     # Every probe at step h, and the first RICHARDSON of them at 2h: the change measures the truncation error.
     richardson = min(RICHARDSON, probes)
-    measured = prober.measure(list(range(probes)) + list(range(richardson)),
-                              np.concatenate([np.ones((probes, 1)), np.full((richardson, 1), 2.0)]))
+    measured = prober.measure(
+        list(range(probes)) + list(range(richardson)),
+        np.concatenate([np.ones((probes, 1)), np.full((richardson, 1), 2.0)]),
+    )
     differences, predicted = measured.differences[:probes], measured.predicted[:probes]
     with np.errstate(all="ignore"):
         scale = measured.magnitude[:probes] + np.abs(differences)
@@ -80,19 +91,42 @@ def compare_projected(adapter: Adapter, target: Target, layout: Layout, original
     if failing.any():
         worst = int(np.nanargmax(np.where(np.isfinite(error), error, np.inf)))
         noise_of = lambda relative: (relative + EPSILON_FLOOR * epsilon) * scale[worst]  # noqa: E731
-        locator = _Locator(prober, worst, differences[worst] - predicted[worst], noise_of(NOISE_MARGIN * noise[worst]),
-                           noise_of(typical_noise[worst]), columns)
+        locator = _Locator(
+            prober,
+            worst,
+            differences[worst] - predicted[worst],
+            noise_of(NOISE_MARGIN * noise[worst]),
+            noise_of(typical_noise[worst]),
+            columns,
+        )
         located, spread = locator.run()
-        findings.add("fd-mismatch", "error",
-                     _mismatch_message(int(failing.sum()), probes, float(np.nanmax(error)), noise_floor, located, spread,
-                                       predicted, differences),
-                     **({"input": located[0].input, "index": located[0].index} if located else {}))
+        findings.add(
+            "fd-mismatch",
+            "error",
+            _mismatch_message(
+                int(failing.sum()),
+                probes,
+                float(np.nanmax(error)),
+                noise_floor,
+                located,
+                spread,
+                predicted,
+                differences,
+            ),
+            **({"input": located[0].input, "index": located[0].index} if located else {}),
+        )
     _report_autodiff(adapter, target, original, layout, prober, columns, findings)
     return Numerics(
-        mode="projection", dtype=dtype, rtol=rtol, atol=atol,
+        mode="projection",
+        dtype=dtype,
+        rtol=rtol,
+        atol=atol,
         eps=options.eps if options.eps is not None else epsilon ** (1 / 3),
-        elements=int(z.size), max_error=float(np.nanmax(error)) / threshold, probes=probes,
-        noise_floor=noise_floor, worst=tuple(located),
+        elements=int(z.size),
+        max_error=float(np.nanmax(error)) / threshold,
+        probes=probes,
+        noise_floor=noise_floor,
+        worst=tuple(located),
     )
 
 
@@ -128,8 +162,11 @@ class _Locator:
                     continue
             # Several wrong elements in this set: split it, in one call, and go on with the blocks that carry some.
             blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
-            carrying = [(block, float(m)) for block, m in zip(blocks, self.measure(self.indicator(*blocks)))
-                        if abs(m) > self.noise]
+            carrying = [
+                (block, float(m))
+                for block, m in zip(blocks, self.measure(self.indicator(*blocks)))
+                if abs(m) > self.noise
+            ]
             if len(carrying) > LOCATED - len(located):
                 return located, self.describe(carrying, len(blocks))
             pending += carrying
@@ -177,42 +214,56 @@ class _Locator:
         for block, _ in carrying:
             first, first_index = self.columns.label(int(block[0]))
             last, last_index = self.columns.label(int(block[-1]))
-            ranges.append(f"{first}{list(first_index)} to {last}{list(last_index)}")
+            ranges.append(f"{element_label(first, first_index)} to {element_label(last, last_index)}")
         return [f"{len(carrying)} of {blocks} blocks"] + ranges
 
     def comparison(self, element: int, part: float) -> ElementComparison:
         name, index = self.columns.label(element)
         custom = float(self.custom[element])
         step = self.prober.direction(self.row, element)
-        return ElementComparison(name, index, None, None, custom, custom + part / step,
-                                 None if self.autodiff is None else float(self.autodiff[element]),
-                                 abs(part) / self.noise if self.noise else None)
+        return ElementComparison(
+            name,
+            index,
+            None,
+            None,
+            custom,
+            custom + part / step,
+            None if self.autodiff is None else float(self.autodiff[element]),
+            abs(part) / self.noise if self.noise else None,
+        )
 
 
-def _mismatch_message(failing: int, probes: int, error: float, noise: float, located, spread, predicted,
-                      differences) -> str:
-    message = (f"The custom gradient disagrees with finite differences along {failing} of {probes} random directions "
-               f"(relative error {error:.3g}, measured noise floor {noise:.3g}).")
+def _mismatch_message(
+    failing: int, probes: int, error: float, noise: float, located, spread, predicted, differences
+) -> str:
+    message = (
+        f"The custom gradient disagrees with finite differences along {failing} of {probes} random directions "
+        f"(relative error {error:.3g}, measured noise floor {noise:.3g})."
+    )
     if located:
         listed = "; ".join(
-            f"{e.input}{list(e.index)}: custom {e.custom:.6g}, finite differences {e.numerical:.6g}"
+            f"{element_label(e.input, e.index)}: custom {e.custom:.6g}, finite differences {e.numerical:.6g}"
             for e in located[:LISTED]
         )
-        message += (f" Wrong element{'s' if len(located) > 1 else ''}, as components of the vector-Jacobian product "
-                    f"for a random upstream gradient: {listed}.")
+        message += (
+            f" Wrong element{'s' if len(located) > 1 else ''}, as components of the vector-Jacobian product "
+            f"for a random upstream gradient: {listed}."
+        )
     if spread:
-        message += f" The error is spread over many elements: mismatch in {', '.join(spread[:1 + LISTED])}."
+        message += f" The error is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}."
         with np.errstate(all="ignore"):
             ratios = predicted / differences
         ratio = float(np.median(ratios))
         if np.all(np.isfinite(ratios)) and np.allclose(ratios, ratio, rtol=1e-4):
-            message += (f" Along every direction the custom gradient is {ratio:.6g} times the finite differences: "
-                        "a constant factor is off" + (" (a flipped sign)." if np.isclose(ratio, -1) else "."))
+            message += (
+                f" Along every direction the custom gradient is {ratio:.6g} times the finite differences: "
+                "a constant factor is off" + (" (a flipped sign)." if np.isclose(ratio, -1) else ".")
+            )
     return message
 
 
 def _report_autodiff(adapter, target, original, layout, prober, columns, findings) -> None:
-    """autodiff-nonfinite: TensorFlow's own gradient is NaN/Inf (in the op's own precision) where the custom one is not."""
+    """autodiff-nonfinite: TensorFlow's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
     custom, autodiff = prober.custom, prober.autodiff
     if original is not layout:
         dtype = adapter.meta(original.inputs[original.perturbable[0]]).dtype if original.perturbable else "float32"
@@ -224,7 +275,12 @@ def _report_autodiff(adapter, target, original, layout, prober, columns, finding
     if rescued.any():
         element = int(np.flatnonzero(rescued)[0])
         name, index = columns.label(element)
-        findings.add("autodiff-nonfinite", "info",
-                     f"TensorFlow's own gradient of the forward is NaN/Inf at {int(rescued.sum())} element"
-                     f"{'s' if rescued.sum() > 1 else ''} (first at {name}{list(index)}), where the custom gradient is "
-                     "finite: the custom gradient fixes it.", input=name, index=index)
+        findings.add(
+            "autodiff-nonfinite",
+            "info",
+            f"TensorFlow's own gradient of the forward is NaN/Inf at {int(rescued.sum())} element"
+            f"{'s' if rescued.sum() > 1 else ''} (first at {element_label(name, index)}), where the custom gradient is "
+            "finite: the custom gradient fixes it.",
+            input=name,
+            index=index,
+        )

@@ -83,7 +83,9 @@ def name_inputs(adapter: Adapter, signature: inspect.Signature | None, args: tup
     return names
 
 
-def check_structure(adapter: Adapter, target: Target, inputs: CheckInputs, seed: int, findings: Findings) -> Trial | None:
+def check_structure(
+    adapter: Adapter, target: Target, inputs: CheckInputs, seed: int, findings: Findings
+) -> Trial | None:
     """Run the forward and the gradient function once; record problems and the shapes table.
 
     Returns the trial, or None when the structure is too broken to go on.
@@ -108,16 +110,27 @@ def check_structure(adapter: Adapter, target: Target, inputs: CheckInputs, seed:
     for name, output in zip(output_names, outputs):
         meta = adapter.meta(output)
         if meta is None:
-            findings.add("return-structure", "error",
-                         f"`{target.name}` returns a {type(output).__name__} as {name}; the outputs must be "
-                         "tensors.", output=name)
+            findings.add(
+                "return-structure",
+                "error",
+                f"`{target.name}` returns a {type(output).__name__} as {name}; the outputs must be tensors.",
+                output=name,
+            )
             return None
         output_metas.append(meta)
         findings.rows.append(TensorRow("output", name, meta.shape, meta.dtype))
-        _check_finite(adapter, output, meta, "nonfinite-output", f"The forward's {name}", findings, output=name,
-                      severity="warning",
-                      advice=" The forward overflows or divides by zero there (in the op's own precision); a stable "
-                             "form of the forward avoids it (e.g. tf.math.softplus for log(1 + exp(x))).")
+        _check_finite(
+            adapter,
+            output,
+            meta,
+            "nonfinite-output",
+            f"The forward's {name}",
+            findings,
+            output=name,
+            severity="warning",
+            advice=" The forward overflows or divides by zero there (in the op's own precision); a stable "
+            "form of the forward avoids it (e.g. tf.math.softplus for log(1 + exp(x))).",
+        )
 
     grad_fn = result[1]
     variable_names = [adapter.variable_name(v) for v in variables]
@@ -126,18 +139,22 @@ def check_structure(adapter: Adapter, target: Target, inputs: CheckInputs, seed:
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
     if variables and not _accepts_variables(grad_fn):
         findings.add(
-            "missing-variables-kwarg", "error",
+            "missing-variables-kwarg",
+            "error",
             f"The forward reads the variable{'s' if len(variables) > 1 else ''} {_listing(variable_names)}, which "
             f"{'are' if len(variables) > 1 else 'is'} not an input, so tf.custom_gradient calls the gradient function "
             "with `variables=[...]` and expects `(grad_xs, grad_vars)` back. Define it as "
             "`def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`.",
-            variable=variable_names[0], line=_first_line(grad_fn))
+            variable=variable_names[0],
+            line=_first_line(grad_fn),
+        )
         return None
 
     rng = np.random.default_rng(seed)
     upstreams = [
-        adapter.constant(rng.standard_normal(meta.shape, dtype=np.float32) if meta.floating else np.zeros(meta.shape),
-                         meta.dtype)
+        adapter.constant(
+            rng.standard_normal(meta.shape, dtype=np.float32) if meta.floating else np.zeros(meta.shape), meta.dtype
+        )
         for meta in output_metas
     ]
     for name, meta in zip(output_names, output_metas):
@@ -147,39 +164,53 @@ def check_structure(adapter: Adapter, target: Target, inputs: CheckInputs, seed:
     try:
         returned = grad_fn(*upstreams, variables=variables) if variables else grad_fn(*upstreams)
     except Exception as error:  # the user's gradient function
-        findings.add("grad-error", "error", _raised("gradient function", target, error, grad_fn, len(upstreams)),
-                     line=_line_of(error, target))
+        findings.add(
+            "grad-error",
+            "error",
+            _raised("gradient function", target, error, grad_fn, len(upstreams)),
+            line=_line_of(error, target),
+        )
         return None
 
     if variables:
         if not (isinstance(returned, (tuple, list)) and len(returned) == 2):
-            findings.add("grad-structure", "error",
-                         f"With variables, the gradient function must return `(grad_xs, grad_vars)`; it returned "
-                         f"{_what(returned)}. Return `grad_xs, [gradient of each of {_listing(variable_names)}]`.",
-                         line=_first_line(grad_fn))
+            findings.add(
+                "grad-structure",
+                "error",
+                f"With variables, the gradient function must return `(grad_xs, grad_vars)`; it returned "
+                f"{_what(returned)}. Return `grad_xs, [gradient of each of {_listing(variable_names)}]`.",
+                line=_first_line(grad_fn),
+            )
             return None
         returned, variable_gradients = returned
         variable_gradients = adapter.flatten(variable_gradients)
         if len(variable_gradients) != len(variables):
-            findings.add("variable-grad-count", "error",
-                         f"The gradient function returns {len(variable_gradients)} variable gradient"
-                         f"{'s' if len(variable_gradients) != 1 else ''} for {len(variables)} variable"
-                         f"{'s' if len(variables) != 1 else ''} ({_listing(variable_names)}): `grad_vars` needs one "
-                         "entry per variable, in the order of the `variables` list it receives.",
-                         variable=variable_names[0], line=_first_line(grad_fn))
+            findings.add(
+                "variable-grad-count",
+                "error",
+                f"The gradient function returns {len(variable_gradients)} variable gradient"
+                f"{'s' if len(variable_gradients) != 1 else ''} for {len(variables)} variable"
+                f"{'s' if len(variables) != 1 else ''} ({_listing(variable_names)}): `grad_vars` needs one "
+                "entry per variable, in the order of the `variables` list it receives.",
+                variable=variable_names[0],
+                line=_first_line(grad_fn),
+            )
             return None
         trial.variable_gradients = variable_gradients
 
     gradients = adapter.flatten(returned)
     if len(gradients) != len(inputs.leaves):
-        findings.add("grad-count", "error",
-                     f"The gradient function returns {len(gradients)} gradient{'s' if len(gradients) != 1 else ''} for "
-                     f"{len(inputs.leaves)} input{'s' if len(inputs.leaves) != 1 else ''} "
-                     f"({_listing(inputs.names)}). Return one per input, in order: `return "
-                     f"{', '.join('grad_' + _identifier(n) for n in inputs.names)}` (None for an input without "
-                     "gradient). TensorFlow reports this only when the gradient is taken, and inside tf.function as "
-                     "an InternalError about 'too few gradients'.",
-                     line=_first_line(grad_fn))
+        findings.add(
+            "grad-count",
+            "error",
+            f"The gradient function returns {len(gradients)} gradient{'s' if len(gradients) != 1 else ''} for "
+            f"{len(inputs.leaves)} input{'s' if len(inputs.leaves) != 1 else ''} "
+            f"({_listing(inputs.names)}). Return one per input, in order: `return "
+            f"{', '.join('grad_' + _identifier(n) for n in inputs.names)}` (None for an input without "
+            "gradient). TensorFlow reports this only when the gradient is taken, and inside tf.function as "
+            "an InternalError about 'too few gradients'.",
+            line=_first_line(grad_fn),
+        )
         return None
     trial.gradients = gradients
 
@@ -196,10 +227,13 @@ def _check_keyword_inputs(adapter: Adapter, inputs: CheckInputs, findings: Findi
     for name, value in inputs.kwargs.items():
         meta = adapter.meta(value)
         if meta is not None and meta.floating:
-            findings.add("keyword-input", "warning",
-                         f"The tensor `{name}` is passed by keyword: tf.custom_gradient differentiates positional "
-                         f"inputs only, so `{name}` gets no gradient. Pass it by position if it needs one.",
-                         input=name)
+            findings.add(
+                "keyword-input",
+                "warning",
+                f"The tensor `{name}` is passed by keyword: tf.custom_gradient differentiates positional "
+                f"inputs only, so `{name}` gets no gradient. Pass it by position if it needs one.",
+                input=name,
+            )
 
 
 def _returns_outputs_and_grad(target: Target, result: Any, findings: Findings) -> bool:
@@ -207,67 +241,94 @@ def _returns_outputs_and_grad(target: Target, result: Any, findings: Findings) -
         return True
     if isinstance(result, (tuple, list)) and len(result) > 2 and callable(result[-1]):
         outputs = _returned_names(target, len(result)) or [f"y{i}" for i in range(len(result) - 1)] + ["grad"]
-        message = (f"`{target.name}` returns {len(result)} values; tf.custom_gradient needs exactly two, the outputs "
-                   f"and the gradient function (TensorFlow fails with 'too many values to unpack (expected 2)'). "
-                   f"Group the outputs: `return ({', '.join(outputs[:-1])}), {outputs[-1]}`.")
+        message = (
+            f"`{target.name}` returns {len(result)} values; tf.custom_gradient needs exactly two, the outputs "
+            f"and the gradient function (TensorFlow fails with 'too many values to unpack (expected 2)'). "
+            f"Group the outputs: `return ({', '.join(outputs[:-1])}), {outputs[-1]}`."
+        )
     elif isinstance(result, (tuple, list)) and len(result) == 2:
-        message = (f"`{target.name}` returns two values but the second is {_what(result[1])}, not the gradient "
-                   "function: return `outputs, grad` where `grad` is the function computing the gradients.")
+        message = (
+            f"`{target.name}` returns two values but the second is {_what(result[1])}, not the gradient "
+            "function: return `outputs, grad` where `grad` is the function computing the gradients."
+        )
     else:
-        message = (f"`{target.name}` returns {_what(result)}; tf.custom_gradient needs `(outputs, grad_fn)`: "
-                   "end the function with `return outputs, grad`.")
+        message = (
+            f"`{target.name}` returns {_what(result)}; tf.custom_gradient needs `(outputs, grad_fn)`: "
+            "end the function with `return outputs, grad`."
+        )
     findings.add("return-structure", "error", message, line=_return_line(target))
     return False
 
 
-def _check_gradient(adapter: Adapter, role: str, name: str, meta: TensorMeta, gradient: Any, findings: Findings,
-                    line: int | None) -> None:
+def _check_gradient(
+    adapter: Adapter, role: str, name: str, meta: TensorMeta, gradient: Any, findings: Findings, line: int | None
+) -> None:
     where = {"input": name} if role == "input" else {"variable": name}
     kind = "downstream" if role == "input" else "variable-gradient"
     if gradient is None:
         findings.rows.append(TensorRow(kind, f"d{name}", None, None, meta.shape, meta.dtype, meta.floating is False))
         if meta.floating:
-            findings.add("none-gradient", "warning",
-                         f"The gradient for {role} `{name}` is None: TensorFlow treats it as zero. Return "
-                         f"`tf.zeros_like({_identifier(name)})` if that is meant, else compute it.", line=line, **where)
+            findings.add(
+                "none-gradient",
+                "warning",
+                f"The gradient for {role} `{name}` is None: TensorFlow treats it as zero. Return "
+                f"`tf.zeros_like({_identifier(name)})` if that is meant, else compute it.",
+                line=line,
+                **where,
+            )
         else:
-            findings.add("not-differentiable", "info",
-                         f"{role.capitalize()} `{name}` is {meta.dtype}: not differentiable, its gradient is ignored.",
-                         **where)
+            findings.add(
+                "not-differentiable",
+                "info",
+                f"{role.capitalize()} `{name}` is {meta.dtype}: not differentiable, its gradient is ignored.",
+                **where,
+            )
         return
     gradient_meta = adapter.meta(gradient)
     if gradient_meta is None:
         gradient_meta = adapter.meta(adapter.to_tensors(gradient))
     matches = gradient_meta.shape == meta.shape and gradient_meta.dtype == meta.dtype
-    findings.rows.append(TensorRow(kind, f"d{name}", gradient_meta.shape, gradient_meta.dtype, meta.shape, meta.dtype,
-                                   matches))
+    findings.rows.append(
+        TensorRow(kind, f"d{name}", gradient_meta.shape, gradient_meta.dtype, meta.shape, meta.dtype, matches)
+    )
     if not meta.floating:
-        findings.add("not-differentiable", "info",
-                     f"{role.capitalize()} `{name}` is {meta.dtype}: not differentiable, its gradient is ignored.",
-                     **where)
+        findings.add(
+            "not-differentiable",
+            "info",
+            f"{role.capitalize()} `{name}` is {meta.dtype}: not differentiable, its gradient is ignored.",
+            **where,
+        )
         return
     if gradient_meta.shape != meta.shape:
-        findings.add("grad-shape", "error", _shape_message(role, name, meta.shape, gradient_meta.shape), line=line,
-                     **where)
+        findings.add(
+            "grad-shape", "error", _shape_message(role, name, meta.shape, gradient_meta.shape), line=line, **where
+        )
     if gradient_meta.dtype != meta.dtype:
-        findings.add("grad-dtype", "error",
-                     f"The gradient for {role} `{name}` is {gradient_meta.dtype} but `{name}` is {meta.dtype}. "
-                     f"Cast it: `tf.cast(grad, {_identifier(name)}.dtype)`.", line=line, **where)
+        findings.add(
+            "grad-dtype",
+            "error",
+            f"The gradient for {role} `{name}` is {gradient_meta.dtype} but `{name}` is {meta.dtype}. "
+            f"Cast it: `tf.cast(grad, {_identifier(name)}.dtype)`.",
+            line=line,
+            **where,
+        )
     if gradient_meta.shape == meta.shape:
-        _check_finite(adapter, gradient, meta, "nonfinite-gradient", f"The gradient for {role} `{name}`", findings,
-                      **where)
+        _check_finite(
+            adapter, gradient, meta, "nonfinite-gradient", f"The gradient for {role} `{name}`", findings, **where
+        )
 
 
 def _shape_message(role: str, name: str, expected: tuple, got: tuple) -> str:
-    message = (f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
-               "TensorFlow accepts this silently and fails later, far away.")
+    message = (
+        f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
+        "TensorFlow accepts this silently and fails later, far away."
+    )
     axes = _broadcast_axes(expected, got)
     if axes is not None:
         reduced = f"tf.reduce_sum(grad, axis={list(axes)})"
         if len(got) - len(axes) != len(expected):
             reduced = f"tf.reshape({reduced}, {list(expected)})"
-        message += (f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes, "
-                    f"`{reduced}`.")
+        message += f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes, `{reduced}`."
     return message
 
 
@@ -286,8 +347,17 @@ def _broadcast_axes(shape: tuple, broadcast: tuple) -> tuple[int, ...] | None:
     return tuple(axes) if axes else None
 
 
-def _check_finite(adapter: Adapter, value: Any, meta: TensorMeta, code: str, what: str, findings: Findings,
-                  severity: str = "error", advice: str = "", **location: Any) -> None:
+def _check_finite(
+    adapter: Adapter,
+    value: Any,
+    meta: TensorMeta,
+    code: str,
+    what: str,
+    findings: Findings,
+    severity: str = "error",
+    advice: str = "",
+    **location: Any,
+) -> None:
     if not meta.floating:
         return
     array = adapter.to_numpy(value)
@@ -297,9 +367,14 @@ def _check_finite(adapter: Adapter, value: Any, meta: TensorMeta, code: str, wha
     indices = [tuple(int(i) for i in index) for index in bad[:LISTED]]
     kinds = sorted({"NaN" if np.isnan(array[index]) else "Inf" for index in indices})
     listed = ", ".join(str(list(index)) for index in indices) + (" ..." if len(bad) > LISTED else "")
-    findings.add(code, severity,
-                 f"{what} has {len(bad)} non-finite element{'s' if len(bad) > 1 else ''} ({'/'.join(kinds)}) at "
-                 f"{listed}.{advice}", index=indices[0], **location)
+    findings.add(
+        code,
+        severity,
+        f"{what} has {len(bad)} non-finite element{'s' if len(bad) > 1 else ''} ({'/'.join(kinds)}) at "
+        f"{listed}.{advice}",
+        index=indices[0],
+        **location,
+    )
 
 
 def _accepts_variables(grad_fn: Any) -> bool:
@@ -314,11 +389,15 @@ def _raised(what: str, target: Target, error: Exception, grad_fn: Any = None, up
     message = f"The {what} of `{target.name}` raised {type(error).__name__}: {_first_lines(error)}"
     text = str(error)
     if "truth value of an array" in text or "symbolic `tf.Tensor` as a Python `bool`" in text:
-        message += (" A Python `if` or `tf.cond` needs a scalar predicate; for an element-wise choice use "
-                    "`tf.where(condition, a, b)`, which also keeps the gradient element-wise.")
+        message += (
+            " A Python `if` or `tf.cond` needs a scalar predicate; for an element-wise choice use "
+            "`tf.where(condition, a, b)`, which also keeps the gradient element-wise."
+        )
     elif grad_fn is not None and isinstance(error, TypeError) and "positional argument" in text:
-        message += (f" The gradient function receives one upstream gradient per output ({upstream_count} here), "
-                    "positionally: give it that many parameters.")
+        message += (
+            f" The gradient function receives one upstream gradient per output ({upstream_count} here), "
+            "positionally: give it that many parameters."
+        )
     return message
 
 
@@ -363,8 +442,10 @@ def _outer_returns(target: Target) -> list[ast.Return]:
     first = _first_line(target.raw)
     body = tree.body if first == 1 else None  # body form: the cell is the function's body
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == target.name and first in (
-            node.lineno, *(decorator.lineno for decorator in node.decorator_list)
+        if (
+            isinstance(node, ast.FunctionDef)
+            and node.name == target.name
+            and first in (node.lineno, *(decorator.lineno for decorator in node.decorator_list))
         ):
             body = node.body
     returns: list[ast.Return] = []

@@ -150,18 +150,20 @@ class Adapter(Protocol):
     def machine_epsilon(self, dtype: str) -> float:
         """The machine epsilon of a floating dtype."""
 
-    def decorated_gradients(self, target: Target, layout: Layout, upstreams: list, in_function: bool) -> tuple[list, list]:
+    def decorated_gradients(
+        self, target: Target, layout: Layout, upstreams: list, in_function: bool
+    ) -> tuple[list, list]:
         """Outputs and gradients (inputs then variables) of the decorated op, eagerly or in a compiled function."""
 
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
-        """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call each."""
+        """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call."""
 
     def second_order(self, target: Target, layout: Layout, steps: np.ndarray, upstream: np.ndarray) -> FullJacobians:
         """For h(z) = J(z)^T u, the custom vector-Jacobian product as a function of z: `evaluations` of h at z and
         z +- steps_i e_i ([2N+1, N]) and `custom`, the Jacobian of h through autodiff of the gradient function."""
 
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
-        """[P, M]: the forward's flat floating outputs at each row of `points` ([P, N] values of z), in one compiled call."""
+        """[P, M]: the forward's flat floating outputs at each row of `points` ([P, N] values of z), compiled."""
 
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The custom and the autodiff vector-Jacobian products for `upstream` (flattened over z)."""

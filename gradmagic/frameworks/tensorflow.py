@@ -91,8 +91,9 @@ class TensorFlowAdapter:
         except (TypeError, ValueError):
             signature = None
         code = getattr(raw, "__code__", None)
-        return Target(raw, op, origin, getattr(raw, "__name__", type(raw).__name__), signature,
-                      code.co_filename if code else None)
+        return Target(
+            raw, op, origin, getattr(raw, "__name__", type(raw).__name__), signature, code.co_filename if code else None
+        )
 
     def to_tensors(self, structure: Any) -> Any:
         return tf.nest.map_structure(tf.convert_to_tensor, structure)
@@ -134,15 +135,21 @@ class TensorFlowAdapter:
     def machine_epsilon(self, dtype: str) -> float:
         return float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).eps)
 
-    def decorated_gradients(self, target: Target, layout: Layout, upstreams: list, in_function: bool) -> tuple[list, list]:
+    def decorated_gradients(
+        self, target: Target, layout: Layout, upstreams: list, in_function: bool
+    ) -> tuple[list, list]:
         def run(inputs, upstreams):
             watched = [inputs[k] for k in layout.perturbable]
             with tf.GradientTape() as tape:
                 tape.watch(watched)
                 outputs = target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs)
             flat = tf.nest.flatten(outputs)
-            gradients = tape.gradient(flat, watched + list(layout.variables), output_gradients=upstreams,
-                                      unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            gradients = tape.gradient(
+                flat,
+                watched + list(layout.variables),
+                output_gradients=upstreams,
+                unconnected_gradients=tf.UnconnectedGradients.ZERO,
+            )
             return flat, gradients
 
         if in_function:
@@ -170,34 +177,43 @@ class TensorFlowAdapter:
         z = self.initial_vector(layout)
         with _variables_restored(layout):
             evaluations, custom, autodiff = compiled(
-                list(layout.inputs), tf.constant(z), tf.constant(steps if with_differences else z, z.dtype))
+                list(layout.inputs), tf.constant(z), tf.constant(steps if with_differences else z, z.dtype)
+            )
         autodiff = autodiff.numpy()
-        return FullJacobians(evaluations.numpy() if with_differences else None, custom.numpy(),
-                             None if np.isnan(autodiff).all() and autodiff.size else autodiff)
+        return FullJacobians(
+            evaluations.numpy() if with_differences else None,
+            custom.numpy(),
+            None if np.isnan(autodiff).all() and autodiff.size else autodiff,
+        )
 
     def second_order(self, target: Target, layout: Layout, steps: np.ndarray, upstream: np.ndarray) -> FullJacobians:
-        """The custom VJP h(z) = J(z)^T u as a function of z: central-difference evaluations and its autodiff Jacobian."""
+        """The custom VJP h(z) = J(z)^T u as a function of z: its central differences and autodiff Jacobian."""
+
         def compute(inputs, z, steps, upstream):
             sources = _sources(layout, inputs)
             with tf.GradientTape() as outer:
                 outer.watch([inputs[k] for k in layout.perturbable])
                 gradient = _vjp(layout, inputs, target.op, upstream)
-            jacobian = outer.jacobian(gradient, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO,
-                                      experimental_use_pfor=False)
-            jacobian = tf.concat([tf.reshape(tf.cast(block, z.dtype), [tf.size(gradient), -1]) for block in jacobian],
-                                 axis=1)
+            jacobian = outer.jacobian(
+                gradient, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO, experimental_use_pfor=False
+            )
+            jacobian = tf.concat(
+                [tf.reshape(tf.cast(block, z.dtype), [tf.size(gradient), -1]) for block in jacobian], axis=1
+            )
             identity = tf.linalg.diag(steps)
             points = tf.concat([z[None], z[None] + identity, z[None] - identity], axis=0)
-            evaluations = tf.map_fn(lambda point: _vjp(layout, _leaves_at(layout, inputs, point), target.op, upstream),
-                                    points)
+            evaluations = tf.map_fn(
+                lambda point: _vjp(layout, _leaves_at(layout, inputs, point), target.op, upstream), points
+            )
             _assign_variables(layout, z)
             return evaluations, jacobian
 
         compiled = self._compiled(target, layout, "second_order", compute)
         z = self.initial_vector(layout)
         with _variables_restored(layout):
-            evaluations, jacobian = compiled(list(layout.inputs), tf.constant(z), tf.constant(steps, z.dtype),
-                                             tf.constant(upstream, z.dtype))
+            evaluations, jacobian = compiled(
+                list(layout.inputs), tf.constant(z), tf.constant(steps, z.dtype), tf.constant(upstream, z.dtype)
+            )
         return FullJacobians(evaluations.numpy(), jacobian.numpy(), None)
 
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
@@ -206,9 +222,16 @@ class TensorFlowAdapter:
             _assign_variables(layout, _z_vector(layout, inputs, points.dtype))
             return evaluations
 
-        compiled = self._compiled(target, layout, "evaluate_points", compute, [
-            [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs], tf.TensorSpec([None, points.shape[1]], points.dtype),
-        ])
+        compiled = self._compiled(
+            target,
+            layout,
+            "evaluate_points",
+            compute,
+            [
+                [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs],
+                tf.TensorSpec([None, points.shape[1]], points.dtype),
+            ],
+        )
         with _variables_restored(layout):
             return compiled(list(layout.inputs), tf.constant(points)).numpy()
 
@@ -217,8 +240,9 @@ class TensorFlowAdapter:
         custom, autodiff = compiled(list(layout.inputs), tf.constant(upstream))
         return custom.numpy(), _unless_all_nan(autodiff.numpy())
 
-    def prober(self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int,
-               probes: int) -> TensorFlowProber:
+    def prober(
+        self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, probes: int
+    ) -> TensorFlowProber:
         return TensorFlowProber(self, target, layout, steps, outputs, seed, probes)
 
     def initial_vector(self, layout: Layout) -> np.ndarray:
@@ -228,8 +252,9 @@ class TensorFlowAdapter:
         dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.float32
         return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
 
-    def _compiled(self, target: Target, layout: Layout, kind: str, function: Callable,
-                  input_signature: list | None = None) -> Callable:
+    def _compiled(
+        self, target: Target, layout: Layout, kind: str, function: Callable, input_signature: list | None = None
+    ) -> Callable:
         """`function` compiled for this op and input layout, traced once and reused by later checks.
 
         AutoGraph stays off: inside the op TensorFlow never converts the user's
@@ -266,25 +291,38 @@ class TensorFlowProber:
     same directions.
     """
 
-    def __init__(self, adapter: TensorFlowAdapter, target: Target, layout: Layout, steps: np.ndarray, outputs: int,
-                 seed: int, probes: int):
+    def __init__(
+        self,
+        adapter: TensorFlowAdapter,
+        target: Target,
+        layout: Layout,
+        steps: np.ndarray,
+        outputs: int,
+        seed: int,
+        probes: int,
+    ):
         self.layout = layout
         self.steps = tf.constant(steps)
         dtype = self.steps.dtype
-        self.signs = tf.cast(tf.where(tf.random.stateless_uniform([probes, steps.size], [seed, 1]) < 0.5, -1, 1),
-                             tf.int8)
+        self.signs = tf.cast(
+            tf.where(tf.random.stateless_uniform([probes, steps.size], [seed, 1]) < 0.5, -1, 1), tf.int8
+        )
         self.upstream = tf.random.stateless_normal([outputs], [seed, 2], dtype=dtype)
         vjps = adapter._compiled(target, layout, "vjps", _custom_and_autodiff_vjps(layout, target))
         self._custom, self._autodiff = vjps(list(layout.inputs), self.upstream)
         signature = [
             [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs],
-            tf.TensorSpec([None], dtype), tf.TensorSpec([None, None], tf.int8), tf.TensorSpec([None], tf.int32),
-            tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], dtype), tf.TensorSpec([None], dtype),
+            tf.TensorSpec([None], dtype),
+            tf.TensorSpec([None, None], tf.int8),
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([None, None], tf.float32),
+            tf.TensorSpec([None], dtype),
+            tf.TensorSpec([None], dtype),
         ]
         self._measure = {
             with_rounding: adapter._compiled(
-                target, layout, f"projections/{with_rounding}",
-                _projections(target, layout, with_rounding), signature)
+                target, layout, f"projections/{with_rounding}", _projections(target, layout, with_rounding), signature
+            )
             for with_rounding in (True, False)
         }
 
@@ -305,9 +343,15 @@ class TensorFlowProber:
 
     def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
         with _variables_restored(self.layout):
-            results = self._measure[rounding](list(self.layout.inputs), self.steps, self.signs,
-                                              tf.constant(rows, tf.int32), tf.constant(weights, tf.float32),
-                                              self.upstream, self._custom)
+            results = self._measure[rounding](
+                list(self.layout.inputs),
+                self.steps,
+                self.signs,
+                tf.constant(rows, tf.int32),
+                tf.constant(weights, tf.float32),
+                self.upstream,
+                self._custom,
+            )
         return Projections(*results.numpy().T)
 
 
@@ -345,8 +389,15 @@ def _projections(target: Target, layout: Layout, with_rounding: bool) -> Callabl
             plus = _forward_vector(target, layout, inputs, z + direction)
             minus = _forward_vector(target, layout, inputs, z - direction)
             contribution = direction * gradient
-            return tf.stack([tf.reduce_sum(upstream * (plus - minus)) / 2, rounding, rounding_rms,
-                             tf.reduce_sum(contribution), tf.reduce_sum(tf.abs(contribution))])
+            return tf.stack(
+                [
+                    tf.reduce_sum(upstream * (plus - minus)) / 2,
+                    rounding,
+                    rounding_rms,
+                    tf.reduce_sum(contribution),
+                    tf.reduce_sum(tf.abs(contribution)),
+                ]
+            )
 
         results = tf.map_fn(along, tf.range(tf.shape(rows)[0]), fn_output_signature=steps.dtype)
         _assign_variables(layout, z)
@@ -385,8 +436,9 @@ def _jacobian(layout: Layout, inputs: list, forward: Callable) -> tf.Tensor:
     try:
         blocks = tape.jacobian(flat, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     except ValueError:  # pfor cannot vectorise some op: fall back to a loop, still in one compiled call
-        blocks = tape.jacobian(flat, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO,
-                               experimental_use_pfor=False)
+        blocks = tape.jacobian(
+            flat, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO, experimental_use_pfor=False
+        )
     size = tf.size(flat)
     return tf.concat([tf.cast(tf.reshape(block, [size, -1]), dtype) for block in blocks], axis=1)
 
@@ -396,10 +448,12 @@ def _vjp(layout: Layout, inputs: list, forward: Callable, upstream: tf.Tensor) -
     sources = _sources(layout, inputs)
     with tf.GradientTape() as tape:
         tape.watch([inputs[k] for k in layout.perturbable])
-        flat = _flat_outputs(forward(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs),
-                             upstream.dtype)
-    gradients = tape.gradient(flat, sources, output_gradients=upstream,
-                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        flat = _flat_outputs(
+            forward(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs), upstream.dtype
+        )
+    gradients = tape.gradient(
+        flat, sources, output_gradients=upstream, unconnected_gradients=tf.UnconnectedGradients.ZERO
+    )
     return tf.concat([tf.reshape(tf.cast(g, upstream.dtype), [-1]) for g in gradients], axis=0)
 
 
@@ -415,7 +469,7 @@ def _leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> list:
     offset = 0
     for k in layout.perturbable:
         size = int(np.prod(inputs[k].shape))
-        leaves[k] = tf.cast(tf.reshape(z[offset:offset + size], inputs[k].shape), inputs[k].dtype)
+        leaves[k] = tf.cast(tf.reshape(z[offset : offset + size], inputs[k].shape), inputs[k].dtype)
         offset += size
     _assign_variables(layout, z, offset)
     return leaves
@@ -433,7 +487,7 @@ def _assign_variables(layout: Layout, z: tf.Tensor, offset: int | None = None) -
         offset = int(z.shape[0]) - sum(int(np.prod(v.shape)) for v in layout.variables)
     for variable in layout.variables:
         size = int(np.prod(variable.shape))
-        variable.assign(tf.cast(tf.reshape(z[offset:offset + size], variable.shape), variable.dtype))
+        variable.assign(tf.cast(tf.reshape(z[offset : offset + size], variable.shape), variable.dtype))
         offset += size
 
 

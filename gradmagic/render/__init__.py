@@ -1,5 +1,7 @@
 """Renderers: a Report to text (terminals, assertions) and to sanitiser-safe HTML. They read; they never check."""
 
+from gradmagic.report import element_label
+
 VERDICT_WORDS = {"pass": "passes", "warn": "passes with warnings", "fail": "fails"}
 
 
@@ -9,11 +11,11 @@ def where(location, op_filename: str | None = None) -> str:
         return ""
     parts = []
     if location.input:
-        parts.append(f"{location.input}{list(location.index) if location.index is not None else ''}")
+        parts.append(element_label(location.input, location.index))
     elif location.variable:
-        parts.append(f"variable {location.variable}{list(location.index) if location.index is not None else ''}")
+        parts.append(f"variable {element_label(location.variable, location.index)}")
     if location.output:
-        parts.append(f"{location.output}{list(location.output_index) if location.output_index is not None else ''}")
+        parts.append(element_label(location.output, location.output_index))
     if location.line is not None:
         source = location.filename or op_filename
         parts.append(f"{source}, line {location.line}" if source else f"line {location.line}")

@@ -13,7 +13,9 @@ WIDTH = 100
 def render_text(report: Report) -> str:
     """The whole report: verdict, problems, shapes table and the finite-difference summary."""
     op = report.op
-    counts = {severity: sum(p.severity == severity for p in report.problems) for severity in ("error", "warning", "info")}
+    counts = {
+        severity: sum(p.severity == severity for p in report.problems) for severity in ("error", "warning", "info")
+    }
     lines = [
         f"{op.name}{op.signature} {VERDICT_WORDS[report.verdict]} "
         f"({counts['error']} error{'s' * (counts['error'] != 1)}, {counts['warning']} warning"
@@ -29,8 +31,11 @@ def render_text(report: Report) -> str:
         lines.append("  shapes:")
         for row in report.tensors:
             shape = "None" if row.shape is None else f"{row.dtype}{list(row.shape)}"
-            expected = "" if row.matches or row.expected_shape is None else (
-                f"   MISMATCH: expected {row.expected_dtype}{list(row.expected_shape)}")
+            expected = (
+                ""
+                if row.matches or row.expected_shape is None
+                else (f"   MISMATCH: expected {row.expected_dtype}{list(row.expected_shape)}")
+            )
             lines.append(f"    {row.role:<17} {row.name:<20} {shape}{expected}")
     lines.append("  " + numerics_summary(report))
     return "\n".join(lines)
@@ -40,8 +45,11 @@ def numerics_summary(report: Report) -> str:
     numerics = report.numerics
     if numerics.mode == "skipped":
         return f"finite differences: skipped ({numerics.skipped_because})"
-    detail = (f"{numerics.elements} elements in {numerics.dtype}, worst error {numerics.max_error:.3g} of tolerance"
-              if numerics.max_error is not None else f"{numerics.elements} elements in {numerics.dtype}")
+    detail = (
+        f"{numerics.elements} elements in {numerics.dtype}, worst error {numerics.max_error:.3g} of tolerance"
+        if numerics.max_error is not None
+        else f"{numerics.elements} elements in {numerics.dtype}"
+    )
     if numerics.mode == "projection":
         detail += f", {numerics.probes} random directions, noise floor {numerics.noise_floor:.2g}"
     return f"finite differences ({numerics.mode} mode): {detail}"
