@@ -163,8 +163,9 @@ class GradientMagics(Magics):
         give a tuple: --check xs=(a, b).
 
         Line numbers in errors and tracebacks are the cell's, the magic line
-        being line 1. A failing cell keeps nothing it defined: the previous
-        op and variables of the notebook stay exactly as they were.
+        being line 1. A cell that fails to define its op keeps nothing it
+        defined: the previous op and variables of the notebook stay exactly
+        as they were.
 
         --order 2 also checks the derivative of the custom gradient, for ops
         used under nested tapes (Hessians, gradient penalties).

@@ -215,6 +215,17 @@ def test_graph_only_failure_is_a_graph_mismatch():
     assert "works eagerly but taking its gradient inside tf.function fails" in found.message
 
 
+def test_python_randomness_frozen_when_traced_is_a_graph_mismatch():
+    rng = np.random.default_rng(3)
+
+    def jittery(x):
+        scale = float(rng.uniform(1, 2))  # a new number eagerly, a constant once traced
+        return x * scale, lambda dy: dy * scale
+
+    found = problem(gradmagic.check(tf.custom_gradient(jittery), tf.constant([1.0, 2.0])), "graph-mismatch")
+    assert "different output (#0) eagerly and inside tf.function" in found.message
+
+
 def test_check_never_raises_for_a_broken_op():
     def broken(x):
         raise RuntimeError("broken on purpose")
