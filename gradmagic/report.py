@@ -18,7 +18,7 @@ from typing import Any
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -115,6 +115,49 @@ class Numerics:
 
 
 @dataclass(frozen=True)
+class GraphNode:
+    """An op (or an input, output or gradient) of the traced forward-and-backward graph."""
+
+    id: str
+    op: str  # the framework's op type, e.g. "Exp"; "" for inputs, outputs and gradients
+    label: str
+    role: str  # "input" | "variable" | "forward" | "output" | "upstream" | "backward" | "downstream"
+    shapes: tuple[tuple[int | None, ...], ...] = ()  # of its outputs
+    dtypes: tuple[str, ...] = ()
+    line: int | None = None  # the line of the user's source that created it
+    count: int = 1  # ops this node stands for (more than 1 when a name scope is folded)
+
+
+@dataclass(frozen=True)
+class GraphEdge:
+    """A tensor from one node to another; `saved` when the backward keeps it from the forward."""
+
+    source: str
+    target: str
+    shape: tuple[int | None, ...] | None
+    dtype: str | None
+    saved: bool = False
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The op's forward and backward as the framework traced them, plumbing folded away unless `raw`."""
+
+    nodes: tuple[GraphNode, ...]
+    edges: tuple[GraphEdge, ...]
+    saved_tensors: int = 0
+    saved_bytes: int = 0  # what the backward keeps alive from the forward
+    raw: bool = False
+    traced_ops: int = 0  # ops in the traced graph before folding
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        from gradmagic.render.graph import graph_png, graph_summary, graph_svg
+
+        return {"image/svg+xml": graph_svg(self), "image/png": graph_png(self), "text/plain": graph_summary(self)}
+
+
+@dataclass(frozen=True)
 class OpDescription:
     """What was checked."""
 
@@ -137,6 +180,7 @@ class Report:
     numerics: Numerics = field(default_factory=lambda: Numerics(mode="skipped"))
     timings: dict[str, float] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    graph: Graph | None = None
 
     @property
     def ok(self) -> bool:
@@ -218,7 +262,21 @@ class Report:
             numerics=Numerics(**numerics),
             timings=dict(data["timings"]),
             options=dict(data["options"]),
+            graph=_graph(data.get("graph")),
         )
+
+
+def _graph(data: dict[str, Any] | None) -> Graph | None:
+    if data is None:
+        return None
+    return Graph(
+        nodes=tuple(
+            GraphNode(**{**n, "shapes": tuple(tuple(s) for s in n["shapes"]), "dtypes": tuple(n["dtypes"])})
+            for n in data["nodes"]
+        ),
+        edges=tuple(GraphEdge(**_tuples(e, "shape")) for e in data["edges"]),
+        **{key: data[key] for key in ("saved_tensors", "saved_bytes", "raw", "traced_ops")},
+    )
 
 
 def schema() -> dict[str, Any]:

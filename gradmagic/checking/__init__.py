@@ -18,10 +18,11 @@ from typing import Any, Callable
 import numpy as np
 
 from gradmagic.checking import numeric, projection
+from gradmagic.checking.graph import build_graph
 from gradmagic.checking.structure import CheckInputs, Findings, check_structure, name_inputs
 from gradmagic.frameworks import get_adapter
 from gradmagic.frameworks.base import Adapter, Layout, Target
-from gradmagic.report import Numerics, OpDescription, Report
+from gradmagic.report import Graph, Numerics, OpDescription, Report
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class CheckOptions:
     probes: int = 4  # projection mode: random directions
     seed: int = 0  # random upstream gradients and directions
     float64: bool = True  # run finite differences in float64 when the op accepts it
-    graph: bool = True  # also run the op inside tf.function and compare
+    tf_function: bool = True  # also take the gradient inside tf.function and compare with eager
+    graph: bool = True  # trace the forward and the backward and put the graph in the report
+    fold_graph: bool = True  # fold framework plumbing (Identity, NoOp, scalar constants) out of the graph
     order: int = 1  # 2: also check the derivative of the custom gradient (full mode)
 
     def __post_init__(self) -> None:
@@ -70,6 +73,7 @@ def check(
         source,
     )
     numerics = Numerics(mode="skipped", skipped_because="structure errors")
+    graph = None
 
     inputs = _prepare_inputs(adapter, target, args, dict(kwargs or {}), findings)
     if inputs is not None:
@@ -83,9 +87,13 @@ def check(
                 tuple(k for k, meta in enumerate(inputs.metas) if meta.floating),
                 tuple(trial.variables),
             )
-            if settings.graph:
+            if settings.tf_function:
                 mark = time.perf_counter()
-                _compare_graph(adapter, target, layout, trial, findings)
+                _compare_eager_and_traced(adapter, target, layout, trial, findings)
+                timings["tf_function"] = time.perf_counter() - mark
+            if settings.graph and not findings.failed:
+                mark = time.perf_counter()
+                graph = _gradient_graph(adapter, target, layout, inputs, trial, settings, findings)
                 timings["graph"] = time.perf_counter() - mark
             if not findings.failed:
                 mark = time.perf_counter()
@@ -102,7 +110,13 @@ def check(
                 timings["numerics"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - started
     return Report(
-        description, tuple(findings.problems), tuple(findings.rows), numerics, timings, dataclasses.asdict(settings)
+        description,
+        tuple(findings.problems),
+        tuple(findings.rows),
+        numerics,
+        timings,
+        dataclasses.asdict(settings),
+        graph,
     )
 
 
@@ -143,7 +157,25 @@ def _prepare_inputs(
     return CheckInputs(structure, kwargs, leaves, names, [adapter.meta(leaf) for leaf in leaves])
 
 
-def _compare_graph(adapter: Adapter, target: Target, layout: Layout, trial, findings: Findings) -> None:
+def _gradient_graph(
+    adapter: Adapter, target: Target, layout: Layout, inputs: CheckInputs, trial, settings, findings: Findings
+) -> Graph | None:
+    """The forward and backward of the op, traced at the example inputs (see checking/graph.py)."""
+    perturbed = [inputs.names[k] for k in layout.perturbable] + trial.variable_names
+    arguments = [("input", name) for name in inputs.names] + [("upstream", f"d{name}") for name in trial.output_names]
+    try:
+        raw = adapter.gradient_graph(target, layout, trial.upstreams, arguments)
+    except Exception as error:  # the op traced in a graph: its failures are reported elsewhere; the graph is a view
+        findings.add(
+            "graph-unavailable",
+            "info",
+            f"The gradient graph could not be traced: {type(error).__name__}: {_cause(error)}",
+        )
+        return None
+    return build_graph(raw, trial.output_names, [f"d{name}" for name in perturbed], fold=settings.fold_graph)
+
+
+def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, trial, findings: Findings) -> None:
     """The decorated op through TensorFlow's gradient machinery inside tf.function, against the eager trial."""
     try:
         graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams, in_function=True)

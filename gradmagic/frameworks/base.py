@@ -72,6 +72,30 @@ class Projections:
     magnitude: np.ndarray  # [T]: sum |g * d_t|
 
 
+@dataclass(frozen=True)
+class RawOp:
+    """One op of a traced forward-and-backward graph, classified by the adapter."""
+
+    name: str  # unique, scoped: "forward/Exp"
+    type: str  # the framework's op type: "Exp"
+    kind: str  # "input" | "upstream" | "variable" | "capture" | "constant" | "passthrough" | "noop" | "op"
+    scope: str | None  # "forward" | "backward" | None
+    inputs: tuple[tuple[str, int], ...]  # (producing op, output index) of each data input
+    outputs: tuple[tuple[tuple[int | None, ...], str], ...]  # (shape, dtype) of each output
+    line: int | None  # the line of the user's source that created it
+    passthrough: tuple[int, ...] = ()  # for kind "passthrough": the input each output forwards
+    label: str = ""  # variables and placeholders: their name
+
+
+@dataclass(frozen=True)
+class RawGraph:
+    """The forward and the backward of an op, traced together, as the framework built them."""
+
+    ops: tuple[RawOp, ...]
+    outputs: tuple[tuple[str, int], ...]  # the forward's outputs, flattened
+    gradients: tuple[tuple[str, int], ...]  # the downstream gradients: perturbable inputs, then variables
+
+
 class Prober(Protocol):
     """Measurements for one projection-mode check (see `Adapter.prober`)."""
 
@@ -161,6 +185,12 @@ class Adapter(Protocol):
     def second_order(self, target: Target, layout: Layout, steps: np.ndarray, upstream: np.ndarray) -> FullJacobians:
         """For h(z) = J(z)^T u, the custom vector-Jacobian product as a function of z: `evaluations` of h at z and
         z +- steps_i e_i ([2N+1, N]) and `custom`, the Jacobian of h through autodiff of the gradient function."""
+
+    def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
+        """The op's forward and backward traced together at these inputs.
+
+        `arguments` gives (kind, label) for each input leaf ("input", "x"), then each upstream ("upstream", "doutput").
+        """
 
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
         """[P, M]: the forward's flat floating outputs at each row of `points` ([P, N] values of z), compiled."""

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
 
-from gradmagic.frameworks.base import FullJacobians, Layout, Projections, Target, TensorMeta
+from gradmagic.frameworks.base import FullJacobians, Layout, Projections, RawGraph, RawOp, Target, TensorMeta
 
 
 class TensorFlowAdapter:
@@ -216,6 +216,47 @@ class TensorFlowAdapter:
             )
         return FullJacobians(evaluations.numpy(), jacobian.numpy(), None)
 
+    def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
+        """Trace forward (name scope "forward") and backward ("backward") in one graph and classify its ops.
+
+        `arguments` gives (kind, label) for each input leaf, then each upstream gradient.
+        """
+
+        def traced(inputs, upstreams):
+            watched = [inputs[k] for k in layout.perturbable]
+            with tf.name_scope("forward"):
+                with tf.GradientTape() as tape:
+                    tape.watch(watched)
+                    outputs = tf.nest.flatten(
+                        target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs)
+                    )
+            with tf.name_scope("backward"):
+                gradients = tape.gradient(
+                    outputs,
+                    watched + list(layout.variables),
+                    output_gradients=upstreams,
+                    unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                )
+            return outputs, gradients
+
+        compiled = self._compiled(target, layout, "gradient_graph", traced)
+        concrete = compiled.get_concrete_function(
+            [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs],
+            [tf.TensorSpec(u.shape, u.dtype) for u in upstreams],
+        )
+        graph = concrete.graph
+        placeholders = {tensor.op.name: kind_and_label for tensor, kind_and_label in zip(graph.inputs, arguments)}
+        variables = {
+            internal.op.name: variable
+            for external, internal in graph.captures
+            for variable in layout.variables
+            if external is variable.handle
+        }
+        ops = [_raw_op(op, target.filename, placeholders, variables) for op in graph.get_operations()]
+        flat = [(t.op.name, t.value_index) for t in concrete.outputs]
+        count = len(tf.nest.flatten(concrete.structured_outputs[0]))
+        return RawGraph(tuple(ops), tuple(flat[:count]), tuple(flat[count:]))
+
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
         def compute(inputs, points):
             evaluations = _map(layout, lambda point: _forward_vector(target, layout, inputs, point), points)
@@ -353,6 +394,44 @@ class TensorFlowProber:
                 self._custom,
             )
         return Projections(*results.numpy().T)
+
+
+_PASSTHROUGH = {"Identity", "IdentityN", "ReadVariableOp"}
+
+
+def _raw_op(op, filename: str | None, placeholders: dict, variables: dict) -> RawOp:
+    """An op of a traced graph in neutral terms (see RawOp)."""
+    scope = op.name.split("/")[0] if op.name.split("/")[0] in ("forward", "backward") else None
+    label = ""
+    outputs = tuple((tuple(t.shape.as_list()) if t.shape.rank is not None else (), t.dtype.name) for t in op.outputs)
+    if op.name in placeholders:
+        kind, label = placeholders[op.name]
+    elif op.name in variables:  # the handle's placeholder: shown with the variable's own shape and dtype
+        variable = variables[op.name]
+        kind, label = "variable", variable.name.removesuffix(":0")
+        outputs = ((tuple(variable.shape.as_list()), variable.dtype.name),)
+    elif op.type == "Placeholder":
+        kind = "capture"
+    elif op.type == "Const":
+        kind = "constant"
+    elif op.type in _PASSTHROUGH:
+        kind = "passthrough"
+    elif op.type == "NoOp":
+        kind = "noop"
+    else:
+        kind = "op"
+    lines = [frame.lineno for frame in op.traceback if frame.filename == filename] if filename and scope else []
+    return RawOp(
+        op.name,
+        op.type,
+        kind,
+        scope,
+        tuple((t.op.name, t.value_index) for t in op.inputs),
+        outputs,
+        lines[-1] if lines else None,
+        tuple(range(len(op.outputs))) if kind == "passthrough" else (),
+        label,
+    )
 
 
 def _unless_all_nan(autodiff: np.ndarray) -> np.ndarray | None:
