@@ -16,11 +16,20 @@ time a magic needs it.
 
 __version__ = "0.1.0"
 
-__all__ = ["check", "assert_gradient", "CheckOptions", "Report", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "check",
+    "assert_gradient",
+    "gradient_graph",
+    "CheckOptions",
+    "Report",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+]
 
 _LAZY = {
     "check": "gradmagic.checking",
     "assert_gradient": "gradmagic.checking",
+    "gradient_graph": "gradmagic.checking",
     "CheckOptions": "gradmagic.checking",
     "Report": "gradmagic.report",
 }

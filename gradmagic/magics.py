@@ -25,8 +25,22 @@ from gradmagic.magic_line import split_words
 from gradmagic.op import OpInfo, attach, info_of
 
 
-def _tolerance_arguments(magic):
-    """--rtol, --atol, --eps, --order, shared by both magics (defaults: the traits of the same names)."""
+def _check_arguments(magic):
+    """--rtol, --atol, --eps, --order, --graph/--no-graph, shared by both magics (defaults: the traits)."""
+    magic = magic_arguments.argument(
+        "--no-graph",
+        dest="graph",
+        action="store_false",
+        default=None,
+        help="Leave the gradient graph out of the report.",
+    )(magic)
+    magic = magic_arguments.argument(
+        "--graph",
+        dest="graph",
+        action="store_true",
+        default=None,
+        help="Show the gradient graph (default: %%config GradientMagics.graph)",
+    )(magic)
     magic = magic_arguments.argument(
         "--order",
         type=int,
@@ -81,6 +95,9 @@ class GradientMagics(Magics):
     )
     probes = Int(4, config=True, help="Random directions in projection mode.")
     order = Int(1, config=True, help="2: also check the derivative of the custom gradient (what nested tapes use).")
+    graph = Bool(
+        True, config=True, help="Trace the forward and the backward and show the gradient graph in the report."
+    )
     seed = Int(0, config=True, help="Seed of the random upstream gradients and directions.")
     framework = Enum(
         frameworks.NAMES,
@@ -129,7 +146,7 @@ class GradientMagics(Magics):
         default=None,
         help="Display nothing when the op is defined and its check passes.",
     )
-    @_tolerance_arguments
+    @_check_arguments
     @no_var_expand
     @line_cell_magic
     def custom_gradient(self, line: str, cell: str | None = None):
@@ -168,7 +185,9 @@ class GradientMagics(Magics):
         as they were.
 
         --order 2 also checks the derivative of the custom gradient, for ops
-        used under nested tapes (Hessians, gradient penalties).
+        used under nested tapes (Hessians, gradient penalties). The report
+        shows the gradient graph (forward, backward, and the tensors the
+        backward keeps alive) unless --no-graph.
 
         Defaults: %config GradientMagics (check, quiet, rtol, atol, eps, order, ...).
         """
@@ -229,7 +248,7 @@ class GradientMagics(Magics):
         metavar="ARG=EXPR",
         help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
     )
-    @_tolerance_arguments
+    @_check_arguments
     @no_var_expand
     @line_magic
     def gradcheck(self, line: str):
@@ -247,19 +266,56 @@ class GradientMagics(Magics):
         __tracebackhide__ = True
         options = self._parse(self.gradcheck, line)
         try:
-            op = self._evaluate_op(options.op)
-            info = info_of(op)
-            examples = example_inputs.parse_example_inputs(options.examples)
-            if not examples and info is not None:
-                examples = info.example_inputs
-            if not examples:
-                raise GradmagicError(f"Give example inputs: `%gradcheck {options.op} x=EXPR ...`.")
-            signature = _signature_of(op, options.op)
-            example_inputs.check_names(examples, signature, options.op)
-            arguments = example_inputs.bind(signature, example_inputs.evaluate(examples, self.shell.user_ns))
+            op, info, arguments = self._op_and_arguments(options, "gradcheck")
             return self._check(op, arguments, info.framework if info else self.framework, options)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
+    @magic_arguments.argument(
+        "examples",
+        nargs="*",
+        metavar="ARG=EXPR",
+        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
+    )
+    @magic_arguments.argument("--raw", action="store_true", help="Keep every traced op (no folding of plumbing).")
+    @no_var_expand
+    @line_magic
+    def gradgraph(self, line: str):
+        """Draw the gradient graph of an op at example inputs: %gradgraph OP ARG=EXPR ... [--raw]
+
+        The forward (top, left to right) and the backward (bottom, right to
+        left) as TensorFlow traced them, roles in colour, and the tensors the
+        backward keeps alive from the forward as red dashed edges with their
+        size. The graph is the magic's value: `graph = %gradgraph ...`::
+
+            %gradgraph log1pexp x=tf.constant([-5., 0., 100.])
+        """
+        __tracebackhide__ = True
+        from gradmagic.checking import gradient_graph
+
+        options = self._parse(self.gradgraph, line)
+        try:
+            op, info, arguments = self._op_and_arguments(options, "gradgraph")
+            args, kwargs = arguments
+            framework = info.framework if info else self.framework
+            return gradient_graph(op, *args, kwargs=kwargs, framework=framework, fold=not options.raw)
+        except GradmagicError as error:
+            raise UsageError(str(error)) from None
+
+    def _op_and_arguments(self, options, magic_name: str):
+        """The op named on a line magic, its OpInfo, and (args, kwargs) from the line's or its cell's inputs."""
+        op = self._evaluate_op(options.op)
+        info = info_of(op)
+        examples = example_inputs.parse_example_inputs(options.examples)
+        if not examples and info is not None:
+            examples = info.example_inputs
+        if not examples:
+            raise GradmagicError(f"Give example inputs: `%{magic_name} {options.op} x=EXPR ...`.")
+        signature = _signature_of(op, options.op)
+        example_inputs.check_names(examples, signature, options.op)
+        return op, info, example_inputs.bind(signature, example_inputs.evaluate(examples, self.shell.user_ns))
 
     def _parse(self, magic, line: str):
         try:
@@ -322,7 +378,7 @@ class GradientMagics(Magics):
         args, kwargs = arguments
         settings = {
             name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
-            for name in ("rtol", "atol", "eps", "order")
+            for name in ("rtol", "atol", "eps", "order", "graph")
         }
         return check(
             op,

@@ -40,6 +40,7 @@ class CheckOptions:
     graph: bool = True  # trace the forward and the backward and put the graph in the report
     fold_graph: bool = True  # fold framework plumbing (Identity, NoOp, scalar constants) out of the graph
     order: int = 1  # 2: also check the derivative of the custom gradient (full mode)
+    numbers: bool = True  # compare with finite differences and autodiff (False: structure, graph only)
 
     def __post_init__(self) -> None:
         if self.order not in (1, 2):
@@ -95,7 +96,7 @@ def check(
                 mark = time.perf_counter()
                 graph = _gradient_graph(adapter, target, layout, inputs, trial, settings, findings)
                 timings["graph"] = time.perf_counter() - mark
-            if not findings.failed:
+            if settings.numbers and not findings.failed:
                 mark = time.perf_counter()
                 try:
                     numerics = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings)
@@ -118,6 +119,22 @@ def check(
         dataclasses.asdict(settings),
         graph,
     )
+
+
+def gradient_graph(
+    op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", fold: bool = True
+) -> Graph:
+    """The forward and the backward of `op` at `args`, as traced: what the report's `graph` holds.
+
+    Raises GradmagicError, with the report's text, when the op is too broken to trace.
+    """
+    from gradmagic.errors import GradmagicError
+    from gradmagic.render.text import render_text
+
+    report = check(op, *args, kwargs=kwargs, framework=framework, tf_function=False, numbers=False, fold_graph=fold)
+    if report.graph is None:
+        raise GradmagicError(f"The gradient graph of `{report.op.name}` cannot be traced:\n{render_text(report)}")
+    return report.graph
 
 
 def assert_gradient(op: Callable, *args: Any, **options: Any) -> Report:

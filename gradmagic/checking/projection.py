@@ -64,7 +64,12 @@ def compare_projected(
     epsilon = float(np.finfo(z.dtype).eps)
     probes = options.probes
     prober = adapter.prober(
-        target, layout, steps_for(adapter, layout, z, options.eps), int(rows.offsets[-1]), options.seed, probes
+        target,
+        layout,
+        steps_for(adapter, layout, z, options.eps),
+        int(rows.offsets[-1]),
+        options.seed,
+        random_signs(options.seed, probes, z.size),
     )
 
     # Every probe at step h, and the first RICHARDSON of them at 2h: the change measures the truncation error.
@@ -128,6 +133,12 @@ def compare_projected(
         noise_floor=noise_floor,
         worst=tuple(located),
     )
+
+
+def random_signs(seed: int, rows: int, size: int) -> np.ndarray:
+    """[rows, size] of +-1 (int8), from random bits: ten times cheaper than drawing numbers at a million."""
+    bits = np.unpackbits(np.frombuffer(np.random.default_rng(seed).bytes((rows * size + 7) // 8), np.uint8))
+    return (bits[: rows * size].astype(np.int8) * 2 - 1).reshape(rows, size)
 
 
 class _Locator:

@@ -153,7 +153,7 @@ def check_structure(
     rng = np.random.default_rng(seed)
     upstreams = [
         adapter.constant(
-            rng.standard_normal(meta.shape, dtype=np.float32) if meta.floating else np.zeros(meta.shape), meta.dtype
+            rng.random(meta.shape, dtype=np.float32) * 2 - 1 if meta.floating else np.zeros(meta.shape), meta.dtype
         )
         for meta in output_metas
     ]

@@ -198,6 +198,8 @@ class Adapter(Protocol):
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The custom and the autodiff vector-Jacobian products for `upstream` (flattened over z)."""
 
-    def prober(self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, probes: int) -> Prober:
-        """A projection-mode prober: a random upstream vector over `outputs` floating output elements and
-        `probes` sign rows, drawn from `seed`."""
+    def prober(
+        self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, signs: np.ndarray
+    ) -> Prober:
+        """A projection-mode prober for the probes' sign rows (int8 +-1, [probes, N]) and a random upstream
+        vector over `outputs` floating output elements, drawn from `seed`."""

@@ -282,9 +282,9 @@ class TensorFlowAdapter:
         return custom.numpy(), _unless_all_nan(autodiff.numpy())
 
     def prober(
-        self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, probes: int
+        self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, signs: np.ndarray
     ) -> TensorFlowProber:
-        return TensorFlowProber(self, target, layout, steps, outputs, seed, probes)
+        return TensorFlowProber(self, target, layout, steps, outputs, seed, signs)
 
     def initial_vector(self, layout: Layout) -> np.ndarray:
         """z: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
@@ -327,9 +327,8 @@ class TensorFlowAdapter:
 class TensorFlowProber:
     """Projection-mode measurements for one check; the large vectors stay tensors between calls.
 
-    The upstream vector u and the sign rows of the probes are drawn from the
-    seed with TensorFlow's stateless random ops, so the same seed gives the
-    same directions.
+    The upstream vector u is drawn from the seed with TensorFlow's stateless
+    random ops, so the same seed gives the same vector.
     """
 
     def __init__(
@@ -340,14 +339,12 @@ class TensorFlowProber:
         steps: np.ndarray,
         outputs: int,
         seed: int,
-        probes: int,
+        signs: np.ndarray,
     ):
         self.layout = layout
         self.steps = tf.constant(steps)
         dtype = self.steps.dtype
-        self.signs = tf.cast(
-            tf.where(tf.random.stateless_uniform([probes, steps.size], [seed, 1]) < 0.5, -1, 1), tf.int8
-        )
+        self.signs = tf.constant(signs, tf.int8)
         self.upstream = tf.random.stateless_normal([outputs], [seed, 2], dtype=dtype)
         vjps = adapter._compiled(target, layout, "vjps", _custom_and_autodiff_vjps(layout, target))
         self._custom, self._autodiff = vjps(list(layout.inputs), self.upstream)

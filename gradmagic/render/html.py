@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from html import escape
 
 from gradmagic.render import VERDICT_WORDS, where
+from gradmagic.render.graph import graph_png, graph_summary
 from gradmagic.render.text import numerics_summary
 from gradmagic.report import Report
 
@@ -54,5 +56,14 @@ def render_html(report: Report) -> str:
                 f"<td>{escape(shape)}</td><td>{escape(expected)}</td></tr>"
             )
         parts.append("</table>")
-    parts.append(f'<div style="color: #57606a">{escape(numerics_summary(report))}</div></div>')
+    parts.append(f'<div style="color: #57606a">{escape(numerics_summary(report))}</div>')
+    if report.graph is not None:
+        # An inline PNG: shown without a kernel, and kept by notebook sanitisers (which drop inline SVG).
+        png = base64.b64encode(graph_png(report.graph)).decode("ascii")
+        parts.append(
+            f'<div style="color: #57606a">{escape(graph_summary(report.graph))}</div>'
+            f'<img alt="{escape(graph_summary(report.graph))}" style="max-width: 100%" '
+            f'src="data:image/png;base64,{png}">'
+        )
+    parts.append("</div>")
     return "".join(parts)

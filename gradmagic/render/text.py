@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from gradmagic.render import VERDICT_WORDS, where
+from gradmagic.render.graph import graph_summary
 from gradmagic.report import Report
 
 WIDTH = 100
@@ -38,6 +39,8 @@ def render_text(report: Report) -> str:
             )
             lines.append(f"    {row.role:<17} {row.name:<20} {shape}{expected}")
     lines.append("  " + numerics_summary(report))
+    if report.graph is not None:
+        lines.append("  " + graph_summary(report.graph))
     return "\n".join(lines)
 
 
