@@ -47,9 +47,15 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
             ["passes with warnings", "nondifferentiable-point (x[1])"],
         ),
         (
+            "%gradgraph log1pexp x=tf.constant([-5., 0., 100.])",
+            ["gradient graph: 3 forward and 4 backward ops; the backward keeps 12 B alive (1 saved tensor)"],
+        ),
+        (
             "%gradcheck log1pexp x=tf.random.stateless_normal([1_000_000], seed=[1, 2])",
             ["log1pexp(x) passes (0 errors, 0 warnings)", "(projection mode)"],
         ),
     ]
+    graph_cell = next(cell for cell in code if cell.source.startswith("%gradgraph"))
+    assert {"image/png", "image/svg+xml"} <= set(graph_cell.outputs[0]["data"])
     for first_line, texts in expected:
         assert any(line == first_line and all(t in out for t in texts) for line, out in outputs), (first_line, texts)
