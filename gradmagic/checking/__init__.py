@@ -195,7 +195,7 @@ def _gradient_graph(
 def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, trial, findings: Findings) -> None:
     """The decorated op through TensorFlow's gradient machinery inside tf.function, against the eager trial."""
     try:
-        graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams, in_function=True)
+        graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams)
     except Exception as error:  # TensorFlow's own error about the user's op
         cause = _cause(error)
         advice = "Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph cannot."

@@ -174,10 +174,8 @@ class Adapter(Protocol):
     def machine_epsilon(self, dtype: str) -> float:
         """The machine epsilon of a floating dtype."""
 
-    def decorated_gradients(
-        self, target: Target, layout: Layout, upstreams: list, in_function: bool
-    ) -> tuple[list, list]:
-        """Outputs and gradients (inputs then variables) of the decorated op, eagerly or in a compiled function."""
+    def decorated_gradients(self, target: Target, layout: Layout, upstreams: list) -> tuple[list, list]:
+        """Outputs and gradients (inputs, then variables) of the decorated op, inside a compiled function."""
 
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
         """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call."""

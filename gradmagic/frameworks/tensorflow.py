@@ -135,27 +135,35 @@ class TensorFlowAdapter:
     def machine_epsilon(self, dtype: str) -> float:
         return float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).eps)
 
-    def decorated_gradients(
-        self, target: Target, layout: Layout, upstreams: list, in_function: bool
-    ) -> tuple[list, list]:
-        def run(inputs, upstreams):
-            watched = [inputs[k] for k in layout.perturbable]
-            with tf.GradientTape() as tape:
-                tape.watch(watched)
-                outputs = target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs)
-            flat = tf.nest.flatten(outputs)
-            gradients = tape.gradient(
-                flat,
-                watched + list(layout.variables),
-                output_gradients=upstreams,
-                unconnected_gradients=tf.UnconnectedGradients.ZERO,
-            )
-            return flat, gradients
-
-        if in_function:
-            run = self._compiled(target, layout, "decorated_gradients", run)
-        outputs, gradients = run(list(layout.inputs), list(upstreams))
+    def decorated_gradients(self, target: Target, layout: Layout, upstreams: list) -> tuple[list, list]:
+        """Outputs and gradients of the op through TensorFlow's gradient machinery, inside tf.function."""
+        outputs, gradients = self._forward_and_backward(target, layout)(list(layout.inputs), list(upstreams))
         return [o.numpy() for o in outputs], [g.numpy() for g in gradients]
+
+    def _forward_and_backward(self, target: Target, layout: Layout) -> Callable:
+        """The op and its gradient in one compiled function, each pass in its name scope ("forward", "backward").
+
+        Shared by the eager-against-graph comparison and the gradient graph, which reads the same trace.
+        """
+
+        def traced(inputs, upstreams):
+            watched = [inputs[k] for k in layout.perturbable]
+            with tf.name_scope("forward"):
+                with tf.GradientTape() as tape:
+                    tape.watch(watched)
+                    outputs = tf.nest.flatten(
+                        target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs)
+                    )
+            with tf.name_scope("backward"):
+                gradients = tape.gradient(
+                    outputs,
+                    watched + list(layout.variables),
+                    output_gradients=upstreams,
+                    unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                )
+            return outputs, gradients
+
+        return self._compiled(target, layout, "forward_and_backward", traced)
 
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
         def compute(inputs, z, steps):
@@ -222,24 +230,7 @@ class TensorFlowAdapter:
         `arguments` gives (kind, label) for each input leaf, then each upstream gradient.
         """
 
-        def traced(inputs, upstreams):
-            watched = [inputs[k] for k in layout.perturbable]
-            with tf.name_scope("forward"):
-                with tf.GradientTape() as tape:
-                    tape.watch(watched)
-                    outputs = tf.nest.flatten(
-                        target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs)
-                    )
-            with tf.name_scope("backward"):
-                gradients = tape.gradient(
-                    outputs,
-                    watched + list(layout.variables),
-                    output_gradients=upstreams,
-                    unconnected_gradients=tf.UnconnectedGradients.ZERO,
-                )
-            return outputs, gradients
-
-        compiled = self._compiled(target, layout, "gradient_graph", traced)
+        compiled = self._forward_and_backward(target, layout)
         concrete = compiled.get_concrete_function(
             [tf.TensorSpec(t.shape, t.dtype) for t in layout.inputs],
             [tf.TensorSpec(u.shape, u.dtype) for u in upstreams],

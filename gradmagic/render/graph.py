@@ -274,19 +274,7 @@ def draw(graph: Graph):
                 LineCollection(np.stack([start, end], axis=1), colors=colour, linewidths=1.6, linestyles="--", zorder=1)
             )
             heads = end - (end - start) / np.maximum(np.hypot(*(end - start).T), 1e-9)[:, None] * 0.15
-            axes.quiver(
-                heads[:, 0],
-                heads[:, 1],
-                *(end - heads).T,
-                angles="xy",
-                scale_units="xy",
-                scale=1,
-                color=colour,
-                width=0.0025,
-                headwidth=5,
-                headlength=6,
-                zorder=1,
-            )
+            _arrows(axes, heads, end, colour, width=0.0025, head=5)
             for edge, (x0, y0), (x1, y1) in zip(edges, start, end):
                 if edge.bytes is not None:
                     axes.text(
@@ -301,19 +289,7 @@ def draw(graph: Graph):
                         backgroundcolor="white",
                     )
         else:
-            axes.quiver(
-                start[:, 0],
-                start[:, 1],
-                *(end - start).T,
-                angles="xy",
-                scale_units="xy",
-                scale=1,
-                color=colour,
-                width=0.0015,
-                headwidth=6,
-                headlength=7,
-                zorder=1,
-            )
+            _arrows(axes, start, end, colour, width=0.0015, head=6)
 
     handles = [Patch(facecolor=COLOURS[role], label=role) for role in (*FORWARD_LANE, *BACKWARD_LANE)]
     handles.append(Line2D([0], [0], color=SAVED_COLOUR, linestyle="--", linewidth=1.6, label="saved for the backward"))
@@ -339,6 +315,22 @@ def draw(graph: Graph):
         color="#222222",
     )
     return figure
+
+
+def _arrows(axes, start, end, colour: str, width: float, head: float) -> None:
+    """Arrows from `start` to `end` rows (data coordinates), all in one artist."""
+    axes.quiver(
+        *start.T,
+        *(end - start).T,
+        angles="xy",
+        scale_units="xy",
+        scale=1,
+        color=colour,
+        width=width,
+        headwidth=head,
+        headlength=head + 1,
+        zorder=1,
+    )
 
 
 def _box_exit(unit, half_width: float) -> float:
