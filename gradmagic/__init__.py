@@ -9,6 +9,7 @@ op bound in the notebook and checked (see ``%custom_gradient?``). In Python::
 
     report = gradmagic.check(op, x)        # a Report: report.ok, report.problems, report.to_dict()
     gradmagic.assert_gradient(op, x)       # for test suites
+    gradmagic.gradient_graph(op, x)        # the forward and backward as traced, saved tensors marked
 
 Loading the extension imports no framework: TensorFlow is imported the first
 time a magic needs it.
