@@ -221,7 +221,7 @@ class GradientMagics(Magics):
                 op = adapter.decorate(function)
                 attach(
                     op,
-                    OpInfo(compiled.name, str(signature), adapter.name, compiled.form, cell_source.filename, examples),
+                    OpInfo(compiled.name, adapter.name, compiled.form, cell_source.filename, examples),
                 )
                 namespace[compiled.name] = op
                 arguments = None

@@ -15,7 +15,6 @@ class OpInfo:
     """Where an op came from and how it was last called."""
 
     name: str
-    signature: str  # "(x, y=2.0)"
     framework: str  # adapter name, e.g. "tensorflow"
     form: str  # "definition" or "body"
     filename: str  # the cell's name in linecache

@@ -132,12 +132,6 @@ class Adapter(Protocol):
     def decorate(self, function: Callable) -> Callable:
         """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""
 
-    def call(self, op: Callable, args: list, kwargs: dict) -> Any:
-        """Call `op` once, eagerly, and return its outputs."""
-
-    def describe(self, value: Any) -> str:
-        """A short description of a value or a nested structure: `float32[2,3]`, `(float32[], int32[4])`."""
-
     def resolve(self, op: Callable) -> Target:
         """Find the raw function behind `op` (made by gradmagic, decorated by hand, or plain)."""
 

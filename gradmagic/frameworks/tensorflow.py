@@ -53,27 +53,6 @@ class TensorFlowAdapter:
         custom_gradient_op._gradmagic_function = function
         return custom_gradient_op
 
-    def call(self, op: Callable, args: list, kwargs: dict) -> Any:
-        """Call `op` once, eagerly."""
-        __tracebackhide__ = True
-        return op(*args, **kwargs)
-
-    def describe(self, value: Any) -> str:
-        """`float32[2,3]` for a tensor, variable or array; structures element by element."""
-        if isinstance(value, tuple):
-            inner = ", ".join(self.describe(item) for item in value)
-            return f"({inner},)" if len(value) == 1 else f"({inner})"
-        if isinstance(value, list):
-            return "[" + ", ".join(self.describe(item) for item in value) + "]"
-        if isinstance(value, dict):
-            return "{" + ", ".join(f"{key!r}: {self.describe(item)}" for key, item in value.items()) + "}"
-        if hasattr(value, "shape") and hasattr(value, "dtype"):
-            dtype = getattr(value.dtype, "name", str(value.dtype))
-            dims = ",".join("?" if dim is None else str(dim) for dim in tuple(value.shape))
-            return f"{dtype}[{dims}]"
-        text = repr(value)
-        return text if len(text) <= 40 else f"{type(value).__name__}"
-
     # -- checking ---------------------------------------------------------------
 
     def resolve(self, op: Callable) -> Target:
