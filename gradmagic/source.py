@@ -21,9 +21,6 @@ from dataclasses import dataclass
 
 from gradmagic.errors import CellError
 
-#: The cell's body starts on line 2: line 1 is the magic line.
-FIRST_BODY_LINE = 2
-
 
 @dataclass(frozen=True)
 class Cell:

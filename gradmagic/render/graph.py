@@ -173,7 +173,8 @@ def layout(graph: Graph) -> dict[str, tuple[float, float]]:
 
 
 def _longest_paths(nodes: list[str], before: dict) -> dict[str, int]:
-    """Layer of each node: the length of the longest path reaching it (cycles, which a graph has not, are cut)."""
+    """Layer of each node: the length of the longest path reaching it. A traced graph has no cycles; were there
+    one, the edge closing it would be ignored."""
     layer: dict[str, int] = {}
     for start in nodes:
         stack = [(start, False)]
