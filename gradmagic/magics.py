@@ -99,6 +99,12 @@ class GradientMagics(Magics):
         True, config=True, help="Trace the forward and the backward and show the gradient graph in the report."
     )
     seed = Int(0, config=True, help="Seed of the random upstream gradients and directions.")
+    sweep = Bool(
+        True,
+        config=True,
+        help="Sweep a scalar input, or an input the op is element-wise in, and draw the output and its derivative "
+        "(custom, autodiff, finite differences) along it.",
+    )
     framework = Enum(
         frameworks.NAMES,
         default_value="tensorflow",
@@ -237,7 +243,7 @@ class GradientMagics(Magics):
                     f"({adapter.display_name} {adapter.version})."
                 )
             return None
-        report = self._check(op, arguments, adapter.name, options)
+        report = self._check(op, examples, arguments, adapter.name, options)
         return None if quiet and report.ok else report
 
     @magic_arguments.magic_arguments()
@@ -266,8 +272,8 @@ class GradientMagics(Magics):
         __tracebackhide__ = True
         options = self._parse(self.gradcheck, line)
         try:
-            op, info, arguments = self._op_and_arguments(options, "gradcheck")
-            return self._check(op, arguments, info.framework if info else self.framework, options)
+            op, info, examples, arguments = self._op_and_arguments(options, "gradcheck")
+            return self._check(op, examples, arguments, info.framework if info else self.framework, options)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
 
@@ -297,7 +303,7 @@ class GradientMagics(Magics):
 
         options = self._parse(self.gradgraph, line)
         try:
-            op, info, arguments = self._op_and_arguments(options, "gradgraph")
+            op, info, _, arguments = self._op_and_arguments(options, "gradgraph")
             args, kwargs = arguments
             framework = info.framework if info else self.framework
             return gradient_graph(op, *args, kwargs=kwargs, framework=framework, fold=not options.raw)
@@ -305,7 +311,7 @@ class GradientMagics(Magics):
             raise UsageError(str(error)) from None
 
     def _op_and_arguments(self, options, magic_name: str):
-        """The op named on a line magic, its OpInfo, and (args, kwargs) from the line's or its cell's inputs."""
+        """The op named on a line magic, its OpInfo, the line's or its cell's inputs, and (args, kwargs) from them."""
         op = self._evaluate_op(options.op)
         info = info_of(op)
         examples = example_inputs.parse_example_inputs(options.examples)
@@ -315,7 +321,8 @@ class GradientMagics(Magics):
             raise GradmagicError(f"Give example inputs: `%{magic_name} {options.op} x=EXPR ...`.")
         signature = _signature_of(op, options.op)
         example_inputs.check_names(examples, signature, options.op)
-        return op, info, example_inputs.bind(signature, example_inputs.evaluate(examples, self.shell.user_ns))
+        arguments = example_inputs.bind(signature, example_inputs.evaluate(examples, self.shell.user_ns))
+        return op, info, examples, arguments
 
     def _parse(self, magic, line: str):
         try:
@@ -371,25 +378,17 @@ class GradientMagics(Magics):
             )
             raise
 
-    def _check(self, op, arguments: tuple[list, dict], framework: str, options):
-        """Run the check engine with the line's options over the traits' defaults."""
-        from gradmagic.checking import check
+    def _check(self, op, examples, arguments: tuple[list, dict], framework: str, options):
+        """Run the check engine with the line's options over the traits' defaults; the report can re-check."""
+        from gradmagic.live import CheckContext, ProgressBar
 
-        args, kwargs = arguments
         settings = {
             name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
             for name in ("rtol", "atol", "eps", "order", "graph")
         }
-        return check(
-            op,
-            *args,
-            kwargs=kwargs,
-            framework=framework,
-            full_threshold=self.full_threshold,
-            probes=self.probes,
-            seed=self.seed,
-            **settings,
-        )
+        settings.update(full_threshold=self.full_threshold, probes=self.probes, seed=self.seed, sweep=self.sweep)
+        with ProgressBar() as progress:
+            return CheckContext(op, framework, settings, examples).run(*arguments, progress=progress)
 
     def _evaluate_op(self, expression: str):
         try:

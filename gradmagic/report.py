@@ -18,7 +18,7 @@ from typing import Any
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -158,6 +158,34 @@ class Graph:
 
 
 @dataclass(frozen=True)
+class Sweep:
+    """The op along one input element, the others held at the example point.
+
+    `values` is the output element, `custom` and `autodiff` its derivative
+    through the custom gradient and through the forward's own ops (both in the
+    op's dtype), `numerical` the central difference (in `numerical_dtype`).
+    The input is a scalar, or the op is element-wise in it (`elementwise`):
+    then output[i] depends on input[i] alone and the curve is the op's
+    element-wise function.
+    """
+
+    input: str
+    index: tuple[int, ...]
+    output: str
+    output_index: tuple[int, ...]
+    example: float  # the element's value at the example point
+    points: tuple[float, ...]
+    values: tuple[float | None, ...]
+    custom: tuple[float | None, ...]
+    autodiff: tuple[float | None, ...] | None  # None where the forward has no autodiff gradient
+    numerical: tuple[float | None, ...]
+    dtype: str
+    numerical_dtype: str
+    elementwise: bool = False
+    kinks: tuple[float, ...] = ()  # where the check found the forward not differentiable
+
+
+@dataclass(frozen=True)
 class OpDescription:
     """What was checked."""
 
@@ -181,6 +209,7 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     graph: Graph | None = None
+    sweep: Sweep | None = None
 
     @property
     def ok(self) -> bool:
@@ -203,11 +232,11 @@ class Report:
         data = _plain(dataclasses.asdict(self))
         return {"$schema": SCHEMA_ID, "version": SCHEMA_VERSION, "ok": self.ok, "verdict": self.verdict, **data}
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from gradmagic.render.html import render_html
-        from gradmagic.render.text import render_text
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        """The widget in a live kernel; sanitiser-safe HTML, a PNG summary and text everywhere (see `live`)."""
+        from gradmagic.live import mimebundle
 
-        return {"text/plain": render_text(self), "text/html": render_html(self)}
+        return mimebundle(self)
 
     def __str__(self) -> str:
         from gradmagic.render.text import render_text
@@ -263,6 +292,7 @@ class Report:
             timings=dict(data["timings"]),
             options=dict(data["options"]),
             graph=_graph(data.get("graph")),
+            sweep=_sweep(data.get("sweep")),
         )
 
 
@@ -277,6 +307,16 @@ def _graph(data: dict[str, Any] | None) -> Graph | None:
         edges=tuple(GraphEdge(**_tuples(e, "shape")) for e in data["edges"]),
         **{key: data[key] for key in ("saved_tensors", "saved_bytes", "raw", "traced_ops")},
     )
+
+
+def _sweep(data: dict[str, Any] | None) -> Sweep | None:
+    if data is None:
+        return None
+    series = {
+        key: None if data[key] is None else tuple(_number(v) for v in data[key])
+        for key in ("points", "values", "custom", "autodiff", "numerical", "kinks")
+    }
+    return Sweep(**{**_tuples(data, "index", "output_index"), **series, "example": _number(data["example"])})
 
 
 def schema() -> dict[str, Any]:

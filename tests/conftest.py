@@ -130,3 +130,60 @@ def run_python(code: str, timeout: float = 120) -> str:
     )
     assert completed.returncode == 0, completed.stderr
     return completed.stdout
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    """A real IPython kernel (ipykernel) in its own process, and a client talking to it."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3", env={**os.environ, **ISOLATED_ENV}, cwd=str(tmp_path))
+    yield manager, client
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)
+
+
+def run(client, code: str, timeout: float = 120, cell_id: str | None = None, deleted_cells=()) -> dict:
+    """Execute `code` as a notebook frontend does (naming the cell, as JupyterLab does, if `cell_id`).
+
+    Returns the reply's content plus `shown` (the text it printed, displayed
+    or raised), `outputs` (the MIME bundles it displayed), `opened` and
+    `closed` (the comm ids it opened and closed).
+    """
+    content = {
+        "code": code,
+        "silent": False,
+        "store_history": True,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": True,
+    }
+    metadata = {"cellId": cell_id, "deletedCells": list(deleted_cells)} if cell_id else {}
+    request = client.session.msg("execute_request", content, metadata=metadata)
+    client.shell_channel.send(request)
+    message_id = request["header"]["msg_id"]
+    shown, outputs, opened, closed = [], [], [], []
+    while True:
+        message = client.get_iopub_msg(timeout=timeout)
+        if message["parent_header"].get("msg_id") != message_id:
+            continue
+        content = message["content"]
+        kind = message["msg_type"]
+        if kind == "stream":
+            shown.append(content["text"])
+        elif kind in ("execute_result", "display_data"):
+            outputs.append(content["data"])
+            shown.append(content["data"].get("text/plain", ""))
+        elif kind == "error":
+            shown.append(f"{content['ename']}: {content['evalue']}")
+        elif kind == "comm_open":
+            opened.append(content["comm_id"])
+        elif kind == "comm_close":
+            closed.append(content["comm_id"])
+        elif kind == "status" and content["execution_state"] == "idle":
+            break
+    while True:
+        reply = client.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == message_id:
+            break
+    return {**reply["content"], "shown": "".join(shown), "outputs": outputs, "opened": opened, "closed": closed}

@@ -1,4 +1,4 @@
-"""demo.ipynb runs top to bottom in a real Jupyter kernel and shows what its text promises."""
+"""demo.ipynb runs top to bottom in a fresh Jupyter kernel and shows what its text promises, widgets saved."""
 
 import nbformat
 from conftest import ROOT
@@ -54,7 +54,24 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
             "%gradcheck log1pexp x=tf.random.stateless_normal([1_000_000], seed=[1, 2])",
             ["log1pexp(x) passes (0 errors, 0 warnings)", "(projection mode)"],
         ),
+        ("%%custom_gradient --check x=tf.linspace(-2., 2., 5)", ["square(x) passes (0 errors, 0 warnings)"]),
+        (
+            "%%custom_gradient --check x=tf.constant([1., 2., 3.])",
+            ["scaled_square(x) passes", "variable-gradient dscale float32[]"],
+        ),
+        (
+            "%%custom_gradient --check x=tf.random.stateless_normal([1_000_000], seed=[1, 2])",
+            ["softplus_one_wrong(x) fails", "fd-mismatch (x[123457])"],
+        ),
+        ("import gradmagic", ["test_complex_op failed:", "complex_op(x, y) fails"]),
     ]
+    reports = [o for cell in code for o in cell.outputs if "text/html" in o.get("data", {})]
+    assert len(reports) >= 9
+    for output in reports:  # the widget, and what shows without a kernel
+        assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(output["data"])
+        assert "<script" not in output["data"]["text/html"].lower()
+    state = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]  # GitHub needs it
+    assert all(o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] in state for o in reports)
     graph_cell = next(cell for cell in code if cell.source.startswith("%gradgraph"))
     assert {"image/png", "image/svg+xml"} <= set(graph_cell.outputs[0]["data"])
     for first_line, texts in expected:

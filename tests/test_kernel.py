@@ -4,39 +4,7 @@ import queue
 import time
 
 import pytest
-from conftest import ISOLATED_ENV
-from jupyter_client.manager import start_new_kernel
-
-
-@pytest.fixture
-def kernel(tmp_path):
-    import os
-
-    manager, client = start_new_kernel(kernel_name="python3", env={**os.environ, **ISOLATED_ENV}, cwd=str(tmp_path))
-    yield manager, client
-    client.stop_channels()
-    manager.shutdown_kernel(now=True)
-
-
-def run(client, code: str, timeout: float = 120) -> dict:
-    """Execute `code`; return the reply content plus everything it printed or raised."""
-    message_id = client.execute(code)
-    shown = []
-    while True:
-        message = client.get_iopub_msg(timeout=timeout)
-        if message["parent_header"].get("msg_id") != message_id:
-            continue
-        content = message["content"]
-        if message["msg_type"] == "stream":
-            shown.append(content["text"])
-        elif message["msg_type"] in ("execute_result", "display_data"):
-            shown.append(content["data"].get("text/plain", ""))
-        elif message["msg_type"] == "error":
-            shown.append(f"{content['ename']}: {content['evalue']}")
-        elif message["msg_type"] == "status" and content["execution_state"] == "idle":
-            break
-    reply = client.get_shell_msg(timeout=timeout)["content"]
-    return {**reply, "shown": "".join(shown)}
+from conftest import run
 
 
 def test_ctrl_c_interrupts_a_hanging_check_and_the_kernel_stays_usable(kernel):

@@ -20,9 +20,10 @@ import numpy as np
 from gradmagic.checking import numeric, projection
 from gradmagic.checking.graph import build_graph
 from gradmagic.checking.structure import CheckInputs, Findings, check_structure, name_inputs
+from gradmagic.checking.sweep import sweep_along
 from gradmagic.frameworks import get_adapter
 from gradmagic.frameworks.base import Adapter, Layout, Target
-from gradmagic.report import Graph, Numerics, OpDescription, Report
+from gradmagic.report import Graph, Numerics, OpDescription, Report, Sweep
 
 
 @dataclass(frozen=True)
@@ -41,23 +42,41 @@ class CheckOptions:
     fold_graph: bool = True  # fold framework plumbing (Identity, NoOp, scalar constants) out of the graph
     order: int = 1  # 2: also check the derivative of the custom gradient (full mode)
     numbers: bool = True  # compare with finite differences and autodiff (False: structure, graph only)
+    sweep: bool = True  # full mode: sweep one input element (a scalar input, or an element-wise op)
+    sweep_range: tuple[float, float] | None = None  # the swept element's range; None: around the example
+    sweep_points: int = 201
 
     def __post_init__(self) -> None:
         if self.order not in (1, 2):
             raise ValueError(f"order must be 1 or 2, not {self.order!r}")
+        if self.sweep_range is not None:
+            start, stop = (float(v) for v in self.sweep_range)
+            if not start < stop:
+                raise ValueError(f"sweep_range must be (start, stop) with start < stop, not {self.sweep_range!r}")
+            object.__setattr__(self, "sweep_range", (start, stop))
+        if self.sweep_points < 2:
+            raise ValueError(f"sweep_points must be at least 2, not {self.sweep_points!r}")
 
 
 def check(
-    op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", **options: Any
+    op: Callable,
+    *args: Any,
+    kwargs: dict | None = None,
+    framework: str = "tensorflow",
+    progress: Callable[[float, str], None] | None = None,
+    **options: Any,
 ) -> Report:
     """Check the custom gradient of `op` at the example inputs `args`.
 
     `op` may be an op made by `%%custom_gradient`, a function decorated with
     `tf.custom_gradient` by hand, or a plain function returning
     `(outputs, grad_fn)`. `kwargs` are keyword arguments for the op (they get
-    no gradient). `options` are the fields of `CheckOptions`.
+    no gradient). `options` are the fields of `CheckOptions`. `progress`, if
+    given, is called with the fraction done (0 to 1) and the phase starting.
     """
     started = time.perf_counter()
+    step = progress or (lambda fraction, phase: None)
+    step(0.0, "structure")
     settings = CheckOptions(**options)
     adapter = get_adapter(framework)
     target = adapter.resolve(op)
@@ -74,7 +93,7 @@ def check(
         source,
     )
     numerics = Numerics(mode="skipped", skipped_because="structure errors")
-    graph = None
+    graph = sweep = None
 
     inputs = _prepare_inputs(adapter, target, args, dict(kwargs or {}), findings)
     if inputs is not None:
@@ -89,17 +108,20 @@ def check(
                 tuple(trial.variables),
             )
             if settings.tf_function:
+                step(0.15, "tf.function")
                 mark = time.perf_counter()
                 _compare_eager_and_traced(adapter, target, layout, trial, findings)
                 timings["tf_function"] = time.perf_counter() - mark
             if settings.graph and not findings.failed:
+                step(0.3, "graph")
                 mark = time.perf_counter()
                 graph = _gradient_graph(adapter, target, layout, inputs, trial, settings, findings)
                 timings["graph"] = time.perf_counter() - mark
             if settings.numbers and not findings.failed:
+                step(0.45, "finite differences")
                 mark = time.perf_counter()
                 try:
-                    numerics = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings)
+                    numerics, sweep = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings, step)
                 except Exception as error:  # the op failing at perturbed inputs, or inside a compiled function
                     findings.add(
                         "fd-error",
@@ -110,6 +132,7 @@ def check(
                     numerics = Numerics(mode="skipped", skipped_because="the op failed at perturbed inputs")
                 timings["numerics"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - started
+    step(1.0, "done")
     return Report(
         description,
         tuple(findings.problems),
@@ -118,6 +141,7 @@ def check(
         timings,
         dataclasses.asdict(settings),
         graph,
+        sweep,
     )
 
 
@@ -131,7 +155,9 @@ def gradient_graph(
     from gradmagic.errors import GradmagicError
     from gradmagic.render.text import render_text
 
-    report = check(op, *args, kwargs=kwargs, framework=framework, tf_function=False, numbers=False, fold_graph=fold)
+    report = check(
+        op, *args, kwargs=kwargs, framework=framework, tf_function=False, numbers=False, sweep=False, fold_graph=fold
+    )
     if report.graph is None:
         raise GradmagicError(f"The gradient graph of `{report.op.name}` cannot be traced:\n{render_text(report)}")
     return report.graph
@@ -246,11 +272,13 @@ def _compare_numbers(
     trial,
     settings: CheckOptions,
     findings: Findings,
-) -> Numerics:
+    step: Callable[[float, str], None],
+) -> tuple[Numerics, Sweep | None]:
+    """The finite-difference comparison, and the sweep (full mode)."""
     if not layout.perturbable and not layout.variables:
-        return Numerics(mode="skipped", skipped_because="no floating input or variable to perturb")
+        return Numerics(mode="skipped", skipped_because="no floating input or variable to perturb"), None
     if not any(meta.floating for meta in trial.output_metas):
-        return Numerics(mode="skipped", skipped_because="no floating output")
+        return Numerics(mode="skipped", skipped_because="no floating output"), None
     precise = _in_float64(adapter, target, layout) if settings.float64 else layout
     columns = numeric.Axis(
         tuple(inputs.names[k] for k in layout.perturbable) + tuple(trial.variable_names),
@@ -262,19 +290,47 @@ def _compare_numbers(
         tuple(tuple(meta.shape) for meta in trial.output_metas if meta.floating),
     )
     elements = int(columns.offsets[-1])
-    if elements > settings.full_threshold:
+    if elements > settings.full_threshold and settings.order == 2:
+        findings.add(
+            "second-order-skipped",
+            "info",
+            f"The second-order check runs with dense Jacobians, up to full_threshold = "
+            f"{settings.full_threshold} elements; this op has {elements}. Check it at smaller inputs.",
+        )
+
+    def compare(precise: Layout) -> Numerics:
+        if elements > settings.full_threshold:
+            return projection.compare_projected(adapter, target, precise, layout, columns, rows, settings, findings)
+        numerics = numeric.compare_full(adapter, target, precise, layout, columns, rows, settings, findings)
         if settings.order == 2:
+            step(0.7, "second order")
+            numeric.compare_second_order(adapter, target, precise, columns, rows, settings, findings)
+        return numerics
+
+    try:
+        numerics = compare(precise)
+    except Exception:
+        if precise is layout:
+            raise
+        # The forward accepted float64 but the gradient function did not (e.g. it mixes in float32 constants):
+        # compare in the op's own precision.
+        _ACCEPTS_FLOAT64[target.raw][_float64_key(adapter, layout)] = False
+        precise = layout
+        numerics = compare(precise)
+    if numerics.mode == "projection":
+        return numerics, None
+    sweep = None
+    if settings.sweep:
+        step(0.85, "sweep")
+        try:
+            sweep = sweep_along(adapter, target, layout, precise, columns, rows, numerics, findings.problems, settings)
+        except Exception as error:  # the op failing away from the example point: the sweep is a view, say why
             findings.add(
-                "second-order-skipped",
+                "sweep-unavailable",
                 "info",
-                f"The second-order check runs with dense Jacobians, up to full_threshold = "
-                f"{settings.full_threshold} elements; this op has {elements}. Check it at smaller inputs.",
+                f"The sweep could not be computed: {type(error).__name__}: {_cause(error)}",
             )
-        return projection.compare_projected(adapter, target, precise, layout, columns, rows, settings, findings)
-    numerics = numeric.compare_full(adapter, target, precise, layout, columns, rows, settings, findings)
-    if settings.order == 2:
-        numeric.compare_second_order(adapter, target, precise, columns, rows, settings, findings)
-    return numerics
+    return numerics, sweep
 
 
 def _in_float64(adapter: Adapter, target: Target, layout: Layout) -> Layout:
@@ -285,16 +341,20 @@ def _in_float64(adapter: Adapter, target: Target, layout: Layout) -> Layout:
     for k in layout.perturbable:
         inputs[k] = adapter.cast(inputs[k], "float64")
     candidate = dataclasses.replace(layout, inputs=tuple(inputs), structure=adapter.pack(layout.structure, inputs))
-    key = (
+    key = _float64_key(adapter, layout)
+    known = _ACCEPTS_FLOAT64.setdefault(target.raw, {})
+    if key not in known:
+        known[key] = _accepts(adapter, target, candidate)
+    return candidate if known[key] else layout
+
+
+def _float64_key(adapter: Adapter, layout: Layout) -> tuple:
+    return (
         tuple(adapter.meta(leaf) for leaf in layout.inputs),
         layout.perturbable,
         tuple(id(v) for v in layout.variables),
         tuple((name, id(value)) for name, value in layout.kwargs.items()),
     )
-    known = _ACCEPTS_FLOAT64.setdefault(target.raw, {})
-    if key not in known:
-        known[key] = _accepts(adapter, target, candidate)
-    return candidate if known[key] else layout
 
 
 def _accepts(adapter: Adapter, target: Target, layout: Layout) -> bool:

@@ -187,6 +187,12 @@ class Adapter(Protocol):
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
         """[P, M]: the forward's flat floating outputs at each row of `points` ([P, N] values of z), compiled."""
 
+    def sweep(
+        self, target: Target, layout: Layout, points: np.ndarray, row: int, column: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Along the rows of `points` ([P, N] values of z), compiled: flat floating output element `row`, and its
+        derivative in z[column] through the custom gradient and through autodiff (None where unavailable)."""
+
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The custom and the autodiff vector-Jacobian products for `upstream` (flattened over z)."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -64,7 +63,8 @@ class TensorFlowAdapter:
             raw, origin = decorator.decorated_target, "decorated"
         else:
             raw, origin = op, "plain"
-            op = _decorated_plain_functions.get(raw) or _decorated_plain_functions.setdefault(raw, self.decorate(raw))
+            cache = _cache_of(raw)
+            op = cache.get("decorated") or cache.setdefault("decorated", self.decorate(raw))
         try:
             signature = inspect.signature(raw)
         except (TypeError, ValueError):
@@ -148,7 +148,7 @@ class TensorFlowAdapter:
         def compute(inputs, z, steps):
             custom = _jacobian(layout, inputs, target.op)
             try:
-                autodiff = _jacobian(layout, inputs, lambda *a, **k: target.raw(*a, **k)[0])
+                autodiff = _jacobian(layout, inputs, _plain(target))
             except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
                 autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
             evaluations = tf.zeros([0, 0], z.dtype)
@@ -246,6 +246,31 @@ class TensorFlowAdapter:
         with _variables_restored(layout):
             return compiled(list(layout.inputs), tf.constant(points)).numpy()
 
+    def sweep(
+        self, target: Target, layout: Layout, points: np.ndarray, row: int, column: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        def compute(inputs, points, row, column):
+            def one_hot(flat):
+                return tf.one_hot(row, tf.size(flat), dtype=flat.dtype)
+
+            def at(point):
+                leaves = _leaves_at(layout, inputs, point)
+                values, custom = _outputs_and_vjp(layout, leaves, target.op, one_hot, points.dtype)
+                try:
+                    autodiff = _outputs_and_vjp(layout, leaves, _plain(target), one_hot, points.dtype)[1][column]
+                except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
+                    autodiff = tf.constant(np.nan, points.dtype)
+                return tf.stack([values[row], custom[column], autodiff])
+
+            results = _map(layout, at, points)
+            _assign_variables(layout, _z_vector(layout, inputs, points.dtype))
+            return results
+
+        compiled = self._compiled(target, layout, "sweep", compute)
+        with _variables_restored(layout):
+            results = compiled(list(layout.inputs), tf.constant(points), tf.constant(row), tf.constant(column)).numpy()
+        return results[:, 0], results[:, 1], _unless_all_nan(results[:, 2])
+
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         compiled = self._compiled(target, layout, "vjps", _custom_and_autodiff_vjps(layout, target))
         custom, autodiff = compiled(list(layout.inputs), tf.constant(upstream))
@@ -273,7 +298,7 @@ class TensorFlowAdapter:
         written too.
         """
         key = self._key(target, layout, kind)
-        per_function = _compiled_functions.setdefault(target.raw, {})
+        per_function = _cache_of(target.raw)
         if key not in per_function:
             compiled = tf.function(function, input_signature=input_signature, autograph=False)
             # Each op and layout gets its own function, traced once; TensorFlow's "frequent retracing" warning
@@ -410,7 +435,7 @@ def _custom_and_autodiff_vjps(layout: Layout, target: Target) -> Callable:
     def compute(inputs, upstream):
         custom = _vjp(layout, inputs, target.op, upstream)
         try:
-            autodiff = _vjp(layout, inputs, lambda *a, **k: target.raw(*a, **k)[0], upstream)
+            autodiff = _vjp(layout, inputs, _plain(target), upstream)
         except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
             autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
         return custom, autodiff
@@ -452,9 +477,23 @@ def _projections(target: Target, layout: Layout, with_rounding: bool) -> Callabl
     return compute
 
 
-# Keyed by the raw function: an op redefined in the notebook drops its entries.
-_compiled_functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_decorated_plain_functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+def _cache_of(function: Callable) -> dict:
+    """What gradmagic keeps for a raw function (its compiled functions), stored on the function itself.
+
+    Freed with the function when the notebook redefines it: the entries refer
+    back to the function, so a WeakKeyDictionary keyed by it would never let
+    it go (about 8 MB of traced graphs per redefinition). A callable without
+    attributes gets a fresh cache each time.
+    """
+    try:
+        return function.__dict__.setdefault("__gradmagic_cache__", {})
+    except AttributeError:
+        return {}
+
+
+def _plain(target: Target) -> Callable:
+    """The forward alone, without its custom gradient: what autodiff differentiates."""
+    return lambda *args, **kwargs: target.raw(*args, **kwargs)[0]
 
 
 def _sources(layout: Layout, inputs: list) -> list:
@@ -491,16 +530,23 @@ def _jacobian(layout: Layout, inputs: list, forward: Callable) -> tf.Tensor:
 
 def _vjp(layout: Layout, inputs: list, forward: Callable, upstream: tf.Tensor) -> tf.Tensor:
     """The flat vector-Jacobian product of `forward` for the flat upstream vector."""
-    sources = _sources(layout, inputs)
+    return _outputs_and_vjp(layout, inputs, forward, lambda flat: upstream, upstream.dtype)[1]
+
+
+def _outputs_and_vjp(
+    layout: Layout, inputs: list, forward: Callable, upstream_for: Callable, dtype: tf.DType
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The flat floating outputs of `forward` and the flat vector-Jacobian product for `upstream_for(outputs)`."""
     with tf.GradientTape() as tape:
         tape.watch([inputs[k] for k in layout.perturbable])
-        flat = _flat_outputs(
-            forward(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs), upstream.dtype
-        )
+        flat = _flat_outputs(forward(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs), dtype)
     gradients = tape.gradient(
-        flat, sources, output_gradients=upstream, unconnected_gradients=tf.UnconnectedGradients.ZERO
+        flat,
+        _sources(layout, inputs),
+        output_gradients=upstream_for(flat),
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
     )
-    return tf.concat([tf.reshape(tf.cast(g, upstream.dtype), [-1]) for g in gradients], axis=0)
+    return flat, tf.concat([tf.reshape(tf.cast(g, dtype), [-1]) for g in gradients], axis=0)
 
 
 def _z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:

@@ -1,8 +1,17 @@
-"""Renderers: a Report to text (terminals, assertions) and to sanitiser-safe HTML. They read; they never check."""
+"""Renderers: a Report to text, sanitiser-safe HTML, PNG figures and an ipywidgets view. They read; they never check."""
 
 from gradmagic.report import element_label
 
 VERDICT_WORDS = {"pass": "passes", "warn": "passes with warnings", "fail": "fails"}
+#: Colours of verdicts and severities (GitHub's palette: readable on light and dark backgrounds).
+COLOURS = {
+    "pass": "#1a7f37",
+    "warn": "#9a6700",
+    "fail": "#cf222e",
+    "error": "#cf222e",
+    "warning": "#9a6700",
+    "info": "#0969da",
+}
 
 
 def where(location, op_filename: str | None = None) -> str:

@@ -1,0 +1,153 @@
+"""The sweep: the op along one input element, so a NaN region or a kink is visible at a glance.
+
+One element of one input moves along a range around the example point while
+everything else stays put. Along it: the output element it drives, the
+derivative through the custom gradient and through the forward's own ops
+(in the op's dtype, as the user runs it), and central differences (in the
+dtype the finite differences ran in). It is drawn when the input is a scalar,
+or when the op is element-wise in it (output[i] depends on input[i] alone,
+read off the numerical Jacobian), so the curve is the op's scalar function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradmagic.checking.numeric import Axis
+from gradmagic.frameworks.base import Adapter, Layout, Target
+from gradmagic.report import JacobianBlock, Numerics, Problem, Sweep
+
+#: Points along the sweep.
+POINTS = 201
+#: Off-diagonal numerical derivatives below this fraction of the largest mark an element-wise block.
+ELEMENTWISE_FRACTION = 1e-12
+
+
+def sweep_along(
+    adapter: Adapter,
+    target: Target,
+    original: Layout,
+    precise: Layout,
+    columns: Axis,
+    rows: Axis,
+    numerics: Numerics,
+    problems: list[Problem],
+    options,
+) -> Sweep | None:
+    """The sweep of the first suitable (input, output) pair, preferring the input a problem names; None if none."""
+    choice = _choose(numerics.jacobians, problems, columns)
+    if choice is None:
+        return None
+    block, element, output_element, elementwise = choice
+    column = int(columns.offsets[columns.names.index(block.input)]) + element
+    row = int(rows.offsets[rows.names.index(block.output)]) + output_element
+    z = adapter.initial_vector(original)
+    if elementwise:  # the same function at every element: the range covers all the example's values
+        values = z[columns.offsets[columns.names.index(block.input)] :][: block.shape[1]]
+    else:
+        values = z[column : column + 1]
+    points = _points(values, options.sweep_range, options.sweep_points or POINTS).astype(z.dtype)
+
+    along = np.repeat(z[None], points.size, axis=0)
+    along[:, column] = points
+    values_at, custom, autodiff = adapter.sweep(target, original, along, row, column)
+
+    z_precise = adapter.initial_vector(precise)
+    relative = options.eps if options.eps is not None else adapter.machine_epsilon(str(z_precise.dtype)) ** (1 / 3)
+    centres = points.astype(z_precise.dtype)
+    steps = (centres + relative * np.maximum(np.abs(centres), 1)) - centres
+    shifted = np.repeat(z_precise[None], 2 * points.size, axis=0)
+    shifted[:, column] = np.concatenate([centres + steps, centres - steps])
+    evaluations = adapter.evaluate_points(target, precise, shifted)[:, row]
+    with np.errstate(all="ignore"):
+        numerical = (evaluations[: points.size] - evaluations[points.size :]) / (2 * steps)
+
+    name, index = columns.label(column)
+    output_name, output_index = rows.label(row)
+    kinks = tuple(
+        float(z[column])
+        for problem in problems
+        if problem.code == "nondifferentiable-point"
+        and problem.location is not None
+        and (problem.location.input or problem.location.variable) == name
+        and tuple(problem.location.index or ()) == index
+    )
+    return Sweep(
+        input=name,
+        index=index,
+        output=output_name,
+        output_index=output_index,
+        example=float(z[column]),
+        points=_floats(points),
+        values=_floats(values_at),
+        custom=_floats(custom),
+        autodiff=None if autodiff is None else _floats(autodiff),
+        numerical=_floats(numerical),
+        dtype=str(z.dtype),
+        numerical_dtype=str(z_precise.dtype),
+        elementwise=elementwise,
+        kinks=kinks,
+    )
+
+
+def _choose(
+    blocks: tuple[JacobianBlock, ...], problems: list[Problem], columns: Axis
+) -> tuple[JacobianBlock, int, int, bool] | None:
+    """(block, input element, output element, element-wise) to sweep, or None when no block suits."""
+    suitable = []
+    for block in blocks:
+        rows, cols = block.shape
+        numerical = np.array(block.numerical, dtype=float).reshape(rows, cols)
+        if cols == 1 and rows >= 1:
+            suitable.append((block, False, numerical))
+        elif rows == cols and _diagonal(numerical):
+            suitable.append((block, True, numerical))
+    if not suitable:
+        return None
+
+    def named(problem: Problem, block: JacobianBlock) -> bool:
+        location = problem.location
+        return location is not None and block.input in (location.input, location.variable)
+
+    ranked = sorted(problems, key=lambda p: ("error", "warning", "info").index(p.severity))
+    for problem in ranked:
+        for block, elementwise, numerical in suitable:
+            if named(problem, block) and (problem.location.output in (None, block.output)):
+                return _elements(block, elementwise, numerical, problem, columns)
+    block, elementwise, numerical = suitable[0]
+    return _elements(block, elementwise, numerical, None, columns)
+
+
+def _elements(block, elementwise, numerical, problem, columns: Axis):
+    shape = columns.shapes[columns.names.index(block.input)]
+    if elementwise:
+        element = 0
+        if problem is not None and problem.location.index is not None and shape:
+            element = int(np.ravel_multi_index(problem.location.index, shape))
+        return block, element, element, True
+    output_element = int(np.nanargmax(np.abs(numerical[:, 0]))) if np.isfinite(numerical).any() else 0
+    return block, 0, output_element, False
+
+
+def _diagonal(numerical: np.ndarray) -> bool:
+    """Whether a square numerical Jacobian is diagonal: an element-wise op."""
+    if numerical.shape[0] < 2 or not np.isfinite(numerical).all():
+        return False
+    off_diagonal = numerical[~np.eye(numerical.shape[0], dtype=bool)]
+    return bool(np.all(np.abs(off_diagonal) <= ELEMENTWISE_FRACTION * np.abs(numerical).max()))
+
+
+def _points(values: np.ndarray, given: tuple[float, float] | None, count: int) -> np.ndarray:
+    """`count` points over `given`, or over the example's values widened by a quarter of their span on each side."""
+    if given is not None:
+        start, stop = float(given[0]), float(given[1])
+    else:
+        finite = values[np.isfinite(values)].astype(float)
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+        pad = (high - low) / 4 if high > low else max(1.0, abs(low))
+        start, stop = low - pad, high + pad
+    return np.linspace(start, stop, count)
+
+
+def _floats(values: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(v) for v in np.asarray(values, dtype=float))
