@@ -29,12 +29,11 @@ from typing import Any, Callable
 from gradmagic import inputs as example_inputs
 from gradmagic.errors import InputError
 from gradmagic.magic_line import split_words
+from gradmagic.render import PROGRESS_AFTER
 from gradmagic.report import Report
 
 #: Re-check contexts kept (by report); older reports show their widget with the controls disabled.
 KEPT_CONTEXTS = 8
-#: A check running longer than this (seconds) shows a progress bar while it runs.
-PROGRESS_AFTER = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,17 +52,13 @@ class CheckContext:
 
     def recheck(self, text: str, overrides: dict, progress: Callable[[float, str], None] | None = None) -> Report:
         """Check again with the inputs typed in `text` (`x=EXPR y=EXPR`; empty: the same inputs) and `overrides`."""
-        if text.strip():
-            examples = example_inputs.parse_example_inputs(split_words(text))
+        examples = example_inputs.parse_example_inputs(split_words(text)) if text.strip() else self.examples
+        if examples:
             signature = inspect.signature(self.op)
             example_inputs.check_names(examples, signature, getattr(self.op, "__name__", "op"))
             arguments = example_inputs.bind(signature, example_inputs.evaluate(examples, _user_namespace()))
-        elif self.examples:
-            examples = self.examples
-            signature = inspect.signature(self.op)
-            arguments = example_inputs.bind(signature, example_inputs.evaluate(examples, _user_namespace()))
         elif self.arguments is not None:
-            examples, arguments = (), self.arguments
+            arguments = self.arguments
         else:
             raise InputError("Type the example inputs to check at: x=EXPR y=EXPR ...")
         context = dataclasses.replace(
@@ -90,16 +85,8 @@ def check(
     progress: Callable[[float, str], None] | None = None,
     **options: Any,
 ) -> Report:
-    """Check the custom gradient of `op` at the example inputs `args`: a `Report`.
-
-    `op` may be an op made by `%%custom_gradient`, a function decorated with
-    `tf.custom_gradient` by hand, or a plain function returning
-    `(outputs, grad_fn)`. `kwargs` are keyword arguments for the op (they get
-    no gradient). `options` are the fields of `CheckOptions` (rtol, atol, eps,
-    order, sweep_range, ...). `progress`, if given, is called with the
-    fraction done and the phase starting. Left as a cell's value in Jupyter,
-    the report shows as a widget whose Re-check button runs this again.
-    """
+    """`gradmagic.check`: the check engine's `checking.check` (see it for the arguments), remembered so that
+    the report, left as a cell's value in Jupyter, shows as a widget whose Re-check button runs it again."""
     context = CheckContext(op, framework, options, arguments=(list(args), dict(kwargs or {})))
     return context.run(list(args), dict(kwargs or {}), progress=progress)
 
@@ -180,13 +167,17 @@ def cell_starts(_info=None) -> None:
         _cells.cell_starts(kernel)
 
 
-def _kernel():
-    """The running kernel, if IPython runs in one (widgets need its comms); None in a terminal or plain Python."""
+def _shell():
+    """The running IPython shell, or None; IPython is never imported here, only used when already running."""
     import sys
 
     ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return getattr(shell, "kernel", None)
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _kernel():
+    """The running kernel, if IPython runs in one (widgets need its comms); None in a terminal or plain Python."""
+    return getattr(_shell(), "kernel", None)
 
 
 def _request(kernel) -> dict:
@@ -197,11 +188,8 @@ def _request(kernel) -> dict:
 def _user_namespace() -> dict:
     import sys
 
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    if shell is not None:
-        return shell.user_ns
-    return vars(sys.modules["__main__"])
+    shell = _shell()
+    return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
 
 
 class ProgressBar:

@@ -65,12 +65,21 @@ def steps_for(adapter: Adapter, layout: Layout, z: np.ndarray, eps: float | None
     offset = 0
     for dtype, size in zip(dtypes, sizes):
         part = slice(offset, offset + size)
-        relative = eps if eps is not None else adapter.machine_epsilon(dtype) ** (1 / 3)
         values = z[part].astype(np.dtype(dtype) if dtype != "bfloat16" else np.float32)
-        raw = (relative * np.maximum(np.abs(values), 1)).astype(values.dtype)
-        steps[part] = (values + raw) - values
+        steps[part] = step_sizes(values, relative_step(adapter, dtype, eps))
         offset += size
     return steps
+
+
+def relative_step(adapter: Adapter, dtype: str, eps: float | None) -> float:
+    """The relative finite-difference step: `eps` if given, else machine epsilon ** (1/3) of `dtype`."""
+    return eps if eps is not None else adapter.machine_epsilon(dtype) ** (1 / 3)
+
+
+def step_sizes(values: np.ndarray, relative: float) -> np.ndarray:
+    """relative * max(|values|, 1), rounded so that values + h and values - h are exact in values' dtype."""
+    raw = (relative * np.maximum(np.abs(values), 1)).astype(values.dtype)
+    return (values + raw) - values
 
 
 def compare_full(
@@ -150,7 +159,7 @@ def compare_full(
         dtype=dtype,
         rtol=rtol,
         atol=atol,
-        eps=options.eps if options.eps is not None else adapter.machine_epsilon(dtype) ** (1 / 3),
+        eps=relative_step(adapter, dtype, options.eps),
         elements=n,
         max_error=float(finite_errors.max()) if finite_errors.size else None,
         worst=tuple(worst),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradmagic.checking.numeric import Axis
+from gradmagic.checking.numeric import Axis, relative_step, step_sizes
 from gradmagic.frameworks.base import Adapter, Layout, Target
 from gradmagic.report import JacobianBlock, Numerics, Problem, Sweep
 
@@ -53,9 +53,8 @@ def sweep_along(
     values_at, custom, autodiff = adapter.sweep(target, original, along, row, column)
 
     z_precise = adapter.initial_vector(precise)
-    relative = options.eps if options.eps is not None else adapter.machine_epsilon(str(z_precise.dtype)) ** (1 / 3)
     centres = points.astype(z_precise.dtype)
-    steps = (centres + relative * np.maximum(np.abs(centres), 1)) - centres
+    steps = step_sizes(centres, relative_step(adapter, str(z_precise.dtype), options.eps))
     shifted = np.repeat(z_precise[None], 2 * points.size, axis=0)
     shifted[:, column] = np.concatenate([centres + steps, centres - steps])
     evaluations = adapter.evaluate_points(target, precise, shifted)[:, row]

@@ -2,6 +2,8 @@
 
 from gradmagic.report import element_label
 
+#: A check running longer than this (seconds) shows a progress bar.
+PROGRESS_AFTER = 0.5
 VERDICT_WORDS = {"pass": "passes", "warn": "passes with warnings", "fail": "fails"}
 #: Colours of verdicts and severities (GitHub's palette: readable on light and dark backgrounds).
 COLOURS = {

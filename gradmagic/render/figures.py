@@ -17,7 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 from gradmagic.render import COLOURS, VERDICT_WORDS
-from gradmagic.report import JacobianBlock, Report, Sweep
+from gradmagic.report import JacobianBlock, Report, Sweep, element_label
 
 #: Resolution of every PNG: enough to read, small enough to keep notebooks light.
 DPI = 80
@@ -178,8 +178,8 @@ def _sweep_axes(top, bottom, sweep: Sweep) -> None:
             ("numerical", sweep.numerical),
         )
     }
-    element = _element(sweep.input, sweep.index)
-    output = _element(sweep.output, sweep.output_index)
+    element = element_label(sweep.input, tuple(sweep.index) or None)
+    output = element_label(sweep.output, tuple(sweep.output_index) or None)
     if top is not None:
         top.plot(points, series["values"], color="#24292f", linewidth=1.4)
         top.set_ylabel(output, fontsize=8)
@@ -286,12 +286,6 @@ def png_of(image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="png", optimize=True)
     return buffer.getvalue()
-
-
-def _element(name: str, index) -> str:
-    from gradmagic.report import element_label
-
-    return element_label(name, tuple(index) if index else None)
 
 
 class ReportImages:

@@ -16,13 +16,11 @@ from typing import Callable
 
 import ipywidgets as widgets
 
-from gradmagic.render import COLOURS
+from gradmagic.render import COLOURS, PROGRESS_AFTER
 from gradmagic.render.figures import images_of
 from gradmagic.render.html import graph_html, header_html, numerics_html, problems_html, shapes_html, sweep_html
 from gradmagic.report import Report
 
-#: A check running longer than this (seconds) shows its progress bar.
-PROGRESS_AFTER = 0.5
 TAB_TITLES = ("Problems", "Shapes", "Finite differences", "Sweep", "Graph")
 
 #: Re-runs a check: (inputs text, option overrides, progress callback) -> Report; raises with a message to show.
