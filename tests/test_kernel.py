@@ -54,3 +54,16 @@ def fine(x):
 """,
     )
     assert again["status"] == "ok" and "passes" in again["shown"], again["shown"]
+
+
+def test_a_cell_run_again_unchanged_reuses_its_code_and_a_changed_cell_does_not(kernel):
+    """TensorFlow keeps every distinct Python stack it traces ops from, for good: the same code adds nothing."""
+    _, client = kernel
+    cell = "%%custom_gradient --no-check\ndef twice(x):\n    return 2 * x, lambda dy: {} * dy\n"
+    code = "print(id(twice._gradmagic_function.__code__))"
+    assert run(client, "%load_ext gradmagic\nimport tensorflow as tf")["status"] == "ok"
+    codes = []
+    for factor in ("2", "2", "2.0"):
+        assert run(client, cell.format(factor))["status"] == "ok"
+        codes.append(run(client, code)["shown"].strip())
+    assert codes[0] == codes[1] != codes[2]

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import ctypes
 import functools
 import inspect
+import queue
+import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context as tf_context  # for the caller's device scope, see _Compiled
+from tensorflow.python.framework import ops as tf_ops  # for the gradient registry, see _Registrations
 from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
 
 from gradmagic.frameworks.base import FullJacobians, Layout, Projections, RawGraph, RawOp, Target, TensorMeta
@@ -304,7 +312,7 @@ class TensorFlowAdapter:
             # Each op and layout gets its own function, traced once; TensorFlow's "frequent retracing" warning
             # counts traces per code object across all of them (Keras turns it off the same way).
             compiled._omit_frequent_tracing_warning = True
-            per_function[key] = compiled
+            per_function[key] = _Compiled(compiled, per_function[_REGISTERED])
         return per_function[key]
 
     @staticmethod
@@ -477,18 +485,202 @@ def _projections(target: Target, layout: Layout, with_rounding: bool) -> Callabl
     return compute
 
 
+_REGISTERED = "gradient functions registered"
+
+
 def _cache_of(function: Callable) -> dict:
     """What gradmagic keeps for a raw function (its compiled functions), stored on the function itself.
 
     Freed with the function when the notebook redefines it: the entries refer
     back to the function, so a WeakKeyDictionary keyed by it would never let
-    it go (about 8 MB of traced graphs per redefinition). A callable without
+    it go. The gradient functions that tracing registered for it (see
+    `_Registrations`) leave TensorFlow's registry then too. A callable without
     attributes gets a fresh cache each time.
     """
+    cache = getattr(function, "__gradmagic_cache__", None)
+    if cache is None:
+        try:
+            cache = function.__dict__.setdefault("__gradmagic_cache__", {_REGISTERED: _Registrations()})
+        except AttributeError:
+            return {_REGISTERED: _Registrations()}
+        weakref.finalize(function, _unregister, cache[_REGISTERED].names)
+    return cache
+
+
+class _Registrations:
+    """The gradient functions `tf.custom_gradient` registered while an op's compiled functions traced.
+
+    Each trace of a custom-gradient op in a graph registers a gradient
+    function under a fresh name ("CustomGradient-N") in TensorFlow's global
+    registry, for good; it holds the traced graph and, through the user's
+    `grad`, the namespace it was defined in: about 5 MB per redefinition of
+    a small op (TensorFlow issues 27492 and 97697). Here the registry keeps
+    only a weak stand-in; the function itself is held by the op's cache,
+    which also holds every graph that could ask for it, and the names leave
+    the registry when the op's raw function is freed.
+    """
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.functions: list[Callable] = []
+
+    @contextlib.contextmanager
+    def noting(self):
+        registry = _gradient_registry()
+        before = set(registry)  # not a count: a finalizer may unregister a freed op's names meanwhile
+        try:
+            yield
+        finally:
+            for name in [name for name in registry if name not in before]:
+                if name.startswith("CustomGradient-"):
+                    function = registry[name]["type"]
+                    self.names.append(name)
+                    self.functions.append(function)
+                    registry[name] = {**registry[name], "type": _weak_stand_in(function)}
+
+
+class _Compiled:
+    """A `tf.function` traced in gradmagic's TensorFlow thread, its traces' gradient registrations noted.
+
+    TensorFlow keeps two things for good when it traces a graph, however
+    short-lived the graph:
+
+    * the gradient functions of custom-gradient ops (see `_Registrations`);
+    * what it records of the Python stack each op was created from, holding
+      the stack's code objects. A notebook cell is a new code object every
+      time it runs, at the bottom of every stack traced from it: re-running a
+      checking cell kept about 1 MB each time. In gradmagic's own thread the
+      stack starts at gradmagic's code; only the frames of the user's op can
+      be new, and a `%%custom_gradient` cell run again unchanged keeps its
+      code objects (`source.compile_cell`).
+
+    Only tracing happens there: the traced function then runs in the caller's
+    thread, as any `tf.function` call, so Ctrl-C and variable restoring work
+    as they do without gradmagic. Ctrl-C during a trace returns at once (see
+    `_in_tensorflow_thread`).
+    """
+
+    def __init__(self, function: Any, registrations: _Registrations):
+        self.function = function
+        self.registrations = registrations
+
+    def __call__(self, *args):
+        self.get_concrete_function(*args)
+        return self.function(*args)
+
+    def get_concrete_function(self, *args):
+        def trace():
+            with self.registrations.noting():
+                return self.function.get_concrete_function(*args)
+
+        return _in_tensorflow_thread(trace)
+
+
+class _Worker:
+    """A daemon thread tracing one function at a time; a new one replaces it when a caller gives up."""
+
+    STOP = object()
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=_THREAD_NAME, daemon=True)
+        self.thread.start()
+
+    def submit(self, function: Callable[[], Any]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.jobs.put((future, function))
+        return future
+
+    def abandon(self) -> None:
+        """Stop after the trace under way, which gets a KeyboardInterrupt as soon as it runs Python again.
+
+        A trace stuck in a sleep or in C++ ends in the background when that
+        returns; tracing changes nothing of the user's.
+        """
+        self.jobs.put(self.STOP)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(self.thread.ident), ctypes.py_object(KeyboardInterrupt)
+        )
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                if self._serve_one() is self.STOP:
+                    return
+            except KeyboardInterrupt:  # abandoned between two calls
+                return
+
+    def _serve_one(self) -> Any:
+        job = self.jobs.get()
+        if job is self.STOP:
+            return job
+        future, function = job
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(function())
+            except BaseException as error:
+                future.set_exception(error)
+        return None
+
+
+_THREAD_NAME = "gradmagic-tensorflow"
+_worker: _Worker | None = None
+_worker_lock = threading.Lock()
+
+
+def _in_tensorflow_thread(call: Callable[[], Any]) -> Any:
+    """`call()` in gradmagic's TensorFlow thread (directly if already in it), in the caller's device.
+
+    Ctrl-C while waiting raises KeyboardInterrupt here at once and abandons the
+    thread (see `_Worker.abandon`); the next call starts a new one.
+    """
+    global _worker
+    if threading.current_thread().name == _THREAD_NAME:
+        return call()
+    device = tf_context.context().device_name
+
+    def in_scope():
+        if not device:
+            return call()
+        with tf.device(device):
+            return call()
+
+    with _worker_lock:
+        worker = _worker = _worker or _Worker()
+    future = worker.submit(in_scope)
     try:
-        return function.__dict__.setdefault("__gradmagic_cache__", {})
-    except AttributeError:
-        return {}
+        return future.result()
+    except KeyboardInterrupt:
+        if not future.done():
+            with _worker_lock:
+                if _worker is worker:
+                    _worker = None
+            worker.abandon()
+        raise
+
+
+def _weak_stand_in(function: Callable) -> Callable:
+    reference = weakref.ref(function)
+
+    def gradient(*args):
+        alive = reference()
+        if alive is None:
+            raise LookupError("this custom gradient belonged to an op gradmagic has since freed")
+        return alive(*args)
+
+    return gradient
+
+
+def _gradient_registry() -> dict:
+    """TensorFlow's name → {"type": gradient function, ...} registry (private; an empty dict if it moves)."""
+    registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
+    return registry if isinstance(registry, dict) else {}
+
+
+def _unregister(names: list) -> None:
+    registry = _gradient_registry()
+    for name in names:
+        registry.pop(name, None)
 
 
 def _plain(target: Target) -> Callable:
