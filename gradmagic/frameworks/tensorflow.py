@@ -563,9 +563,15 @@ class _Compiled:
     def __init__(self, function: Any, registrations: _Registrations):
         self.function = function
         self.registrations = registrations
+        self.traced: set = set()  # the argument shapes and dtypes already traced for
 
     def __call__(self, *args):
-        self.get_concrete_function(*args)
+        key = (tf_context.context().device_name,)
+        if self.function.input_signature is None:  # else one trace serves every call
+            key += tuple(_shape_and_dtype(leaf) for leaf in tf.nest.flatten(args))
+        if key not in self.traced:
+            self.get_concrete_function(*args)
+            self.traced.add(key)
         return self.function(*args)
 
     def get_concrete_function(self, *args):
@@ -657,6 +663,11 @@ def _in_tensorflow_thread(call: Callable[[], Any]) -> Any:
                     _worker = None
             worker.abandon()
         raise
+
+
+def _shape_and_dtype(leaf: Any) -> Any:
+    shape = getattr(leaf, "shape", None)
+    return (tuple(shape), leaf.dtype) if shape is not None and hasattr(leaf, "dtype") else leaf
 
 
 def _weak_stand_in(function: Callable) -> Callable:
