@@ -48,6 +48,11 @@ def __getattr__(name):
     raise AttributeError(f"module 'gradmagic' has no attribute {name!r}")
 
 
+def _jupyter_labextension_paths():
+    """Where the built JupyterLab extension lies (read by `jupyter labextension develop`)."""
+    return [{"src": "labextension", "dest": "gradmagic"}]
+
+
 def load_ipython_extension(ipython):
     """Register gradmagic's magics (``%load_ext gradmagic``); loading twice is harmless."""
     from gradmagic.live import cell_starts

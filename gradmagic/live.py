@@ -7,9 +7,11 @@ few reports and of the widgets on screen are kept: a cell run a thousand
 times does not pile up old ops and their traced graphs.
 
 `mimebundle` is what a Report displays as: the widget view when a kernel
-with widgets runs, and always a sanitiser-safe `text/html`, an `image/png`
-summary and a `text/plain` summary for places without a kernel (GitHub,
-nbviewer, an HTML export, a terminal).
+with widgets runs; the report's data (`application/vnd.gradmagic.report+json`)
+for gradmagic's JupyterLab extension, which draws it with no kernel too; and
+always a sanitiser-safe `text/html`, an `image/png` summary and a
+`text/plain` summary for places without either (GitHub, nbviewer, an HTML
+export, a terminal).
 
 A cell run again closes the widgets it displayed before, and a cell deleted
 in JupyterLab closes its widgets when the next cell runs (frontends name the
@@ -30,7 +32,7 @@ from gradmagic import inputs as example_inputs
 from gradmagic.errors import InputError
 from gradmagic.magic_line import split_words
 from gradmagic.render import PROGRESS_AFTER
-from gradmagic.report import Report
+from gradmagic.report import MIME_TYPE, Report
 
 #: Re-check contexts kept (by report); older reports show their widget with the controls disabled.
 KEPT_CONTEXTS = 8
@@ -118,13 +120,14 @@ def widget(report: Report):
 
 
 def mimebundle(report: Report) -> dict[str, Any]:
-    """The report's display: the widget view in a live kernel, and the static fallbacks always."""
+    """The report's display: the widget view in a live kernel, the report's data, and the static fallbacks."""
     from gradmagic.render.figures import images_of
     from gradmagic.render.html import render_html
     from gradmagic.render.text import render_text
 
     images = images_of(report)
     bundle: dict[str, Any] = {
+        MIME_TYPE: report.to_dict(),
         "text/plain": render_text(report),
         "text/html": render_html(report, images),
         "image/png": images.summary,

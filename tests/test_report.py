@@ -75,5 +75,5 @@ def test_user_text_is_escaped_in_html():
     assert "<script>" not in html and "<b>bold</b>" not in html
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
     bundle = report._repr_mimebundle_()
-    assert set(bundle) == {"text/plain", "text/html", "image/png"} and bundle["text/html"] == html
-    assert MIME_TYPE == "application/vnd.gradmagic.report+json"
+    assert set(bundle) == {MIME_TYPE, "text/plain", "text/html", "image/png"} and bundle["text/html"] == html
+    assert MIME_TYPE == "application/vnd.gradmagic.report+json" and bundle[MIME_TYPE] == report.to_dict()

@@ -10,6 +10,7 @@ itself never checks anything.
 
 from __future__ import annotations
 
+import base64
 import time
 from html import escape
 from typing import Callable
@@ -19,12 +20,21 @@ import ipywidgets as widgets
 from gradmagic.render import COLOURS, PROGRESS_AFTER
 from gradmagic.render.figures import images_of
 from gradmagic.render.html import graph_html, header_html, numerics_html, problems_html, shapes_html, sweep_html
-from gradmagic.report import Report
+from gradmagic.report import MIME_TYPE, Report
 
 TAB_TITLES = ("Problems", "Shapes", "Finite differences", "Sweep", "Graph")
 
 #: Re-runs a check: (inputs text, option overrides, progress callback) -> Report; raises with a message to show.
 Recheck = Callable[[str, dict, Callable[[float, str], None]], Report]
+
+
+def graph_display(report: Report, png: bytes | None) -> dict:
+    """A display of the report's gradient graph alone (an output, as in a notebook file): the report's data for
+    gradmagic's JupyterLab extension, which draws the graph interactively, and the static drawing for the rest."""
+    data = {MIME_TYPE: report.to_dict()}
+    if png:
+        data["image/png"] = base64.b64encode(png).decode("ascii")
+    return {"output_type": "display_data", "data": data, "metadata": {MIME_TYPE: {"view": "graph"}}}
 
 
 class ReportWidget(widgets.VBox):
@@ -47,14 +57,16 @@ class ReportWidget(widgets.VBox):
         self.sweep = widgets.HTML()
         self.sweep_image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.graph = widgets.HTML()
-        self.graph_image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        # The graph as a display: gradmagic's JupyterLab extension draws it interactively from the report's data;
+        # elsewhere (Notebook 7 or VS Code without the extension) the static drawing shows.
+        self.graph_view = widgets.Output()
         self.tabs = widgets.Tab(
             children=[
                 self.problems,
                 self.shapes,
                 widgets.VBox([self.numerics, self.jacobians]),
                 widgets.VBox([self.sweep, self.sweep_image]),
-                widgets.VBox([self.graph, self.graph_image]),
+                widgets.VBox([self.graph, self.graph_view]),
             ],
             titles=TAB_TITLES,
         )
@@ -117,10 +129,10 @@ class ReportWidget(widgets.VBox):
         for image, data in (
             (self.jacobians, images.jacobians),
             (self.sweep_image, images.sweep),
-            (self.graph_image, images.graph),
         ):
             image.value = data or b""
             image.layout.display = None if data else "none"
+        self.graph_view.outputs = (graph_display(report, images.graph),) if report.graph is not None else ()
         self.tabs.set_title(0, f"Problems ({len(report.problems)})")
         if not report.ok or report.sweep is None:  # open where the trouble is; else where the picture is
             self.tabs.selected_index = 0 if report.problems else 2

@@ -1,0 +1,304 @@
+/**
+ * The gradient graph drawn in SVG: two lanes (forward above, backward
+ * below), saved tensors as red dashed edges labelled with their size, pan by
+ * dragging, zoom with Ctrl/⌘ + wheel, a pinch or the buttons, and hover
+ * details (op type, shape, dtype, bytes, cell line) for every node and edge.
+ * Every string from the report goes in as text.
+ */
+import { BACKWARD_LANE, FORWARD_LANE, IPoint, MAX_NODES, foldScopes, layout } from './layout';
+import { IGraph, IGraphEdge, IGraphNode, formatBytes, formatShape } from './schema';
+
+const SVG = 'http://www.w3.org/2000/svg';
+/** Pixels per layout unit. */
+const UNIT_X = 150;
+const UNIT_Y = 54;
+const BOX_HEIGHT = 34;
+const CHAR_WIDTH = 6.4;
+const MARGIN = 40;
+const MIN_SCALE = 0.1;
+const MAX_SCALE = 8;
+
+function svg<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attributes: Record<string, string | number> = {},
+  parent?: Element
+): SVGElementTagNameMap[K] {
+  const element = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    element.setAttribute(name, String(value));
+  }
+  parent?.appendChild(element);
+  return element;
+}
+
+function html<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className: string,
+  text?: string,
+  parent?: Element
+): HTMLElementTagNameMap[K] {
+  const element = document.createElement(tag);
+  element.className = className;
+  if (text !== undefined) {
+    element.textContent = text;
+  }
+  parent?.appendChild(element);
+  return element;
+}
+
+/** The lines of a node's hover card. */
+export function nodeDetails(node: IGraphNode): string[] {
+  const lines = [node.op ? `${node.label} (${node.op})` : node.label, `role: ${node.role}`];
+  if (node.count > 1) {
+    lines.push(`${node.count} ops folded into this scope`);
+  }
+  if (node.shapes.length) {
+    lines.push(`shape: ${node.shapes.map(formatShape).join(', ')}`);
+  }
+  if (node.dtypes.length) {
+    lines.push(`dtype: ${node.dtypes.join(', ')}`);
+  }
+  if (node.line !== null) {
+    lines.push(`cell line ${node.line}`);
+  }
+  return lines;
+}
+
+/** The lines of an edge's hover card. */
+export function edgeDetails(edge: IGraphEdge, nodes: Map<string, IGraphNode>): string[] {
+  const name = (id: string): string => nodes.get(id)?.label ?? id;
+  const lines = [`${name(edge.source)} → ${name(edge.target)}`];
+  if (edge.saved) {
+    lines.push('saved: the backward keeps this forward tensor alive');
+  }
+  lines.push(`shape: ${formatShape(edge.shape)}`, `dtype: ${edge.dtype ?? '—'}`);
+  if (edge.bytes !== null) {
+    lines.push(`bytes: ${formatBytes(edge.bytes)} (${edge.bytes} B)`);
+  }
+  return lines;
+}
+
+function nodeText(node: IGraphNode): [string, string] {
+  const title = node.label + (node.count > 1 ? ` (${node.count} ops)` : '');
+  const detail = [node.shapes.length ? formatShape(node.shapes[0]) : '', node.line !== null ? `l.${node.line}` : '']
+    .filter(Boolean)
+    .join(' ');
+  return [title, detail];
+}
+
+/** How far from a box's centre a ray along (ux, uy) leaves it. */
+function boxExit(ux: number, uy: number, halfWidth: number): number {
+  const alongX = ux ? halfWidth / Math.abs(ux) : Infinity;
+  const alongY = uy ? BOX_HEIGHT / 2 / Math.abs(uy) : Infinity;
+  return Math.min(alongX, alongY) + 2;
+}
+
+/**
+ * The interactive drawing of `graph`, as a DOM element. `graphView.nodeCount`
+ * (a data attribute) and the legend say what is drawn.
+ */
+export function graphView(original: IGraph): HTMLElement {
+  const graph = original.nodes.length > MAX_NODES ? foldScopes(original) : original;
+  const root = html('div', 'jp-gradmagic-graph');
+  root.dataset.nodeCount = String(graph.nodes.length);
+  root.dataset.edgeCount = String(graph.edges.length);
+
+  const bar = html('div', 'jp-gradmagic-graph-bar', undefined, root);
+  const legend = html('div', 'jp-gradmagic-legend', undefined, bar);
+  for (const role of [...FORWARD_LANE, ...BACKWARD_LANE]) {
+    html('span', `jp-gradmagic-key jp-gradmagic-role-${role}`, role, legend);
+  }
+  html('span', 'jp-gradmagic-key jp-gradmagic-key-saved', 'saved for the backward', legend);
+  const buttons = html('div', 'jp-gradmagic-zoom', undefined, bar);
+  const zoomIn = html('button', 'jp-gradmagic-button', '+', buttons);
+  const zoomOut = html('button', 'jp-gradmagic-button', '−', buttons);
+  const reset = html('button', 'jp-gradmagic-button', 'fit', buttons);
+  zoomIn.title = 'Zoom in (or Ctrl/⌘ + wheel)';
+  zoomOut.title = 'Zoom out';
+  reset.title = 'Fit the whole graph';
+  if (graph !== original) {
+    html(
+      'div',
+      'jp-gradmagic-muted',
+      `${original.nodes.length} nodes: name scopes folded into ${graph.nodes.length}.`,
+      root
+    );
+  }
+
+  const positions = layout(graph);
+  const place = (point: IPoint): IPoint => ({ x: MARGIN + point.x * UNIT_X, y: MARGIN + point.y * UNIT_Y });
+  const halfWidths = new Map<string, number>();
+  const byId = new Map(graph.nodes.map(node => [node.id, node]));
+  let width = 0;
+  let height = 0;
+  for (const node of graph.nodes) {
+    const [title, detail] = nodeText(node);
+    halfWidths.set(node.id, (Math.max(title.length, detail.length) * CHAR_WIDTH) / 2 + 8);
+    const { x, y } = place(positions.get(node.id)!);
+    width = Math.max(width, x + halfWidths.get(node.id)! + MARGIN);
+    height = Math.max(height, y + BOX_HEIGHT / 2 + MARGIN);
+  }
+
+  const frame = html('div', 'jp-gradmagic-graph-frame', undefined, root);
+  const canvas = svg('svg', { class: 'jp-gradmagic-graph-svg', role: 'img' }, frame);
+  const label = svg('title', {}, canvas);
+  label.textContent = 'Gradient graph: forward above, backward below';
+  const defs = svg('defs', {}, canvas);
+  for (const [id, className] of [
+    ['jp-gradmagic-arrow', 'jp-gradmagic-arrowhead'],
+    ['jp-gradmagic-arrow-saved', 'jp-gradmagic-arrowhead-saved']
+  ]) {
+    const marker = svg(
+      'marker',
+      { id, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto' },
+      defs
+    );
+    svg('path', { d: 'M0,0 L10,5 L0,10 z', class: className }, marker);
+  }
+  const viewport = svg('g', { class: 'jp-gradmagic-viewport' }, canvas);
+  const edgeLayer = svg('g', {}, viewport);
+  const nodeLayer = svg('g', {}, viewport);
+
+  const tooltip = html('div', 'jp-gradmagic-tooltip', undefined, frame);
+  tooltip.hidden = true;
+  const showDetails = (lines: string[], event: MouseEvent): void => {
+    tooltip.replaceChildren(...lines.map((line, i) => html('div', i ? '' : 'jp-gradmagic-tooltip-title', line)));
+    const box = frame.getBoundingClientRect();
+    tooltip.style.left = `${event.clientX - box.left + 12}px`;
+    tooltip.style.top = `${event.clientY - box.top + 12}px`;
+    tooltip.hidden = false;
+  };
+  const hideDetails = (): void => {
+    tooltip.hidden = true;
+  };
+
+  for (const edge of graph.edges) {
+    const from = positions.get(edge.source);
+    const to = positions.get(edge.target);
+    if (!from || !to) {
+      continue;
+    }
+    const a = place(from);
+    const b = place(to);
+    const length = Math.hypot(b.x - a.x, b.y - a.y) || 1;
+    const ux = (b.x - a.x) / length;
+    const uy = (b.y - a.y) / length;
+    const start = boxExit(ux, uy, halfWidths.get(edge.source)!);
+    const end = boxExit(ux, uy, halfWidths.get(edge.target)!);
+    const group = svg('g', { class: edge.saved ? 'jp-gradmagic-edge jp-gradmagic-saved' : 'jp-gradmagic-edge' });
+    group.dataset.source = edge.source;
+    group.dataset.target = edge.target;
+    const points = { x1: a.x + ux * start, y1: a.y + uy * start, x2: b.x - ux * end, y2: b.y - uy * end };
+    svg('line', { ...points, class: 'jp-gradmagic-hit' }, group);
+    svg(
+      'line',
+      {
+        ...points,
+        class: 'jp-gradmagic-stroke',
+        'marker-end': `url(#${edge.saved ? 'jp-gradmagic-arrow-saved' : 'jp-gradmagic-arrow'})`
+      },
+      group
+    );
+    if (edge.saved && edge.bytes !== null) {
+      const text = svg(
+        'text',
+        { x: (points.x1 + points.x2) / 2, y: (points.y1 + points.y2) / 2, class: 'jp-gradmagic-edge-label' },
+        group
+      );
+      text.textContent = formatBytes(edge.bytes);
+    }
+    group.addEventListener('mousemove', event => showDetails(edgeDetails(edge, byId), event));
+    group.addEventListener('mouseleave', hideDetails);
+    (edge.saved ? viewport : edgeLayer).appendChild(group);
+  }
+  for (const node of graph.nodes) {
+    const { x, y } = place(positions.get(node.id)!);
+    const half = halfWidths.get(node.id)!;
+    const group = svg('g', { class: `jp-gradmagic-node jp-gradmagic-role-${node.role}` }, nodeLayer);
+    group.dataset.id = node.id;
+    group.dataset.role = node.role;
+    svg('rect', { x: x - half, y: y - BOX_HEIGHT / 2, width: 2 * half, height: BOX_HEIGHT, rx: 5 }, group);
+    const [title, detail] = nodeText(node);
+    const text = svg('text', { x, y: detail ? y - 3 : y + 4 }, group);
+    text.textContent = title;
+    if (detail) {
+      const second = svg('text', { x, y: y + 11, class: 'jp-gradmagic-node-detail' }, group);
+      second.textContent = detail;
+    }
+    group.addEventListener('mousemove', event => showDetails(nodeDetails(node), event));
+    group.addEventListener('mouseleave', hideDetails);
+  }
+  // Saved edges above the nodes they cross between, so they stay visible and hoverable.
+  viewport.appendChild(nodeLayer);
+  for (const saved of Array.from(viewport.querySelectorAll(':scope > .jp-gradmagic-saved'))) {
+    viewport.appendChild(saved);
+  }
+
+  // Pan and zoom: a transform on the viewport group.
+  const view = { x: 0, y: 0, scale: 1 };
+  let moved = false; // by the user: then a resize no longer refits
+  const apply = (): void => {
+    viewport.setAttribute('transform', `translate(${view.x} ${view.y}) scale(${view.scale})`);
+    root.dataset.scale = view.scale.toFixed(3);
+  };
+  const zoomAt = (factor: number, cx: number, cy: number): void => {
+    moved = true;
+    const scale = Math.min(MAX_SCALE, Math.max(MIN_SCALE, view.scale * factor));
+    view.x = cx - ((cx - view.x) * scale) / view.scale;
+    view.y = cy - ((cy - view.y) * scale) / view.scale;
+    view.scale = scale;
+    apply();
+  };
+  const frameHeight = Math.min(Math.max(height, 160), 560);
+  frame.style.height = `${frameHeight}px`;
+  const fit = (): void => {
+    const available = frame.clientWidth || width;
+    view.scale = Math.min(1, available / width, frameHeight / height);
+    view.x = Math.max(0, (available - width * view.scale) / 2);
+    view.y = 0;
+    apply();
+  };
+  fit();
+  // Fit again when the frame gets its real width (none until attached, or while its section is folded), until
+  // the user pans or zooms.
+  if (typeof ResizeObserver !== 'undefined') {
+    const observer = new ResizeObserver(() => (moved ? observer.disconnect() : fit()));
+    observer.observe(frame);
+  }
+  zoomIn.addEventListener('click', () => zoomAt(1.25, frame.clientWidth / 2, frameHeight / 2));
+  zoomOut.addEventListener('click', () => zoomAt(0.8, frame.clientWidth / 2, frameHeight / 2));
+  reset.addEventListener('click', fit);
+  canvas.addEventListener(
+    'wheel',
+    event => {
+      if (!event.ctrlKey && !event.metaKey) {
+        return; // a plain wheel scrolls the notebook
+      }
+      event.preventDefault();
+      const box = canvas.getBoundingClientRect();
+      zoomAt(Math.exp(-event.deltaY / 300), event.clientX - box.left, event.clientY - box.top);
+    },
+    { passive: false }
+  );
+  let drag: { x: number; y: number; viewX: number; viewY: number } | null = null;
+  canvas.addEventListener('pointerdown', event => {
+    drag = { x: event.clientX, y: event.clientY, viewX: view.x, viewY: view.y };
+    canvas.setPointerCapture?.(event.pointerId);
+    canvas.classList.add('jp-gradmagic-dragging');
+  });
+  canvas.addEventListener('pointermove', event => {
+    if (drag) {
+      moved = true;
+      view.x = drag.viewX + event.clientX - drag.x;
+      view.y = drag.viewY + event.clientY - drag.y;
+      apply();
+    }
+  });
+  const stop = (): void => {
+    drag = null;
+    canvas.classList.remove('jp-gradmagic-dragging');
+  };
+  canvas.addEventListener('pointerup', stop);
+  canvas.addEventListener('pointercancel', stop);
+  return root;
+}

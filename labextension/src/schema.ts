@@ -1,0 +1,191 @@
+/**
+ * The report's data, as `gradmagic.report.Report.to_dict()` writes it and
+ * `gradmagic/schema/report.schema.json` describes it. Non-finite numbers
+ * travel as the strings "NaN", "Infinity" and "-Infinity".
+ */
+
+/** The MIME type under which a report travels from the kernel. */
+export const MIME_TYPE = 'application/vnd.gradmagic.report+json';
+
+/** The schema major version this renderer reads. */
+export const SCHEMA_MAJOR = 1;
+
+export type Num = number | 'NaN' | 'Infinity' | '-Infinity' | null;
+export type Shape = (number | null)[];
+export type Verdict = 'pass' | 'warn' | 'fail';
+export type Severity = 'error' | 'warning' | 'info';
+
+export interface ILocation {
+  input: string | null;
+  output: string | null;
+  variable: string | null;
+  index: number[] | null;
+  output_index: number[] | null;
+  line: number | null;
+  filename: string | null;
+}
+
+export interface IProblem {
+  code: string;
+  severity: Severity;
+  message: string;
+  location: ILocation | null;
+}
+
+export interface ITensorRow {
+  role: string;
+  name: string;
+  shape: Shape | null;
+  dtype: string | null;
+  expected_shape: Shape | null;
+  expected_dtype: string | null;
+  matches: boolean;
+}
+
+export interface IElementComparison {
+  input: string;
+  index: number[];
+  output: string | null;
+  output_index: number[] | null;
+  custom: Num;
+  numerical: Num;
+  autodiff: Num;
+  error: Num;
+}
+
+export interface INumerics {
+  mode: 'full' | 'projection' | 'skipped';
+  dtype: string | null;
+  rtol: number | null;
+  atol: number | null;
+  eps: number | null;
+  elements: number;
+  max_error: Num;
+  probes: number;
+  noise_floor: Num;
+  worst: IElementComparison[];
+  jacobians: unknown[];
+  skipped_because: string | null;
+}
+
+export type NodeRole = 'input' | 'variable' | 'forward' | 'output' | 'upstream' | 'backward' | 'downstream';
+
+export interface IGraphNode {
+  id: string;
+  op: string;
+  label: string;
+  role: NodeRole;
+  shapes: Shape[];
+  dtypes: string[];
+  line: number | null;
+  count: number;
+}
+
+export interface IGraphEdge {
+  source: string;
+  target: string;
+  shape: Shape | null;
+  dtype: string | null;
+  saved: boolean;
+  bytes: number | null;
+}
+
+export interface IGraph {
+  nodes: IGraphNode[];
+  edges: IGraphEdge[];
+  saved_tensors: number;
+  saved_bytes: number;
+  raw: boolean;
+  traced_ops: number;
+}
+
+export interface IOpDescription {
+  name: string;
+  signature: string;
+  framework: string;
+  framework_version: string;
+  origin: string;
+  mode: string;
+  filename: string | null;
+}
+
+export interface IReport {
+  $schema: string;
+  version: string;
+  ok: boolean;
+  verdict: Verdict;
+  op: IOpDescription;
+  problems: IProblem[];
+  tensors: ITensorRow[];
+  numerics: INumerics;
+  timings: Record<string, number>;
+  options: Record<string, unknown>;
+  graph: IGraph | null;
+  sweep: unknown;
+}
+
+/**
+ * The report in `data`, or an Error saying why it cannot be read
+ * (not a report, or a schema major version this renderer does not know).
+ */
+export function readReport(data: unknown): IReport | Error {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+    return new Error('The gradmagic report is not a JSON object.');
+  }
+  const report = data as Partial<IReport>;
+  const version = typeof report.version === 'string' ? report.version : '';
+  const major = Number(version.split('.')[0]);
+  if (major !== SCHEMA_MAJOR) {
+    return new Error(
+      `This gradmagic extension reads report schema ${SCHEMA_MAJOR}.x; the report is version ` +
+        `${version || 'unknown'}. Update the extension (pip install -U gradmagic) to see it.`
+    );
+  }
+  for (const key of ['op', 'problems', 'tensors', 'numerics'] as const) {
+    if (report[key] === undefined || report[key] === null) {
+      return new Error(`The gradmagic report has no "${key}".`);
+    }
+  }
+  return report as IReport;
+}
+
+/** A number for display: non-finite strings as they are, others with 4 significant digits. */
+export function formatNumber(value: Num | undefined): string {
+  if (value === null || value === undefined) {
+    return '—';
+  }
+  if (typeof value === 'string') {
+    return value === 'Infinity' ? 'inf' : value === '-Infinity' ? '-inf' : 'nan';
+  }
+  if (value === 0 || (Math.abs(value) >= 1e-3 && Math.abs(value) < 1e5)) {
+    return String(Number(value.toPrecision(4)));
+  }
+  return value.toExponential(2);
+}
+
+/** `[2, 3]`, `[?, 3]` for unknown dimensions, `scalar` for rank 0, `—` for no tensor. */
+export function formatShape(shape: Shape | null | undefined): string {
+  if (!shape) {
+    return '—';
+  }
+  return shape.length ? `[${shape.map(d => (d === null ? '?' : String(d))).join(', ')}]` : 'scalar';
+}
+
+/** `x[2, 0]` for an element, `x` for the whole tensor. */
+export function elementLabel(name: string, index: number[] | null | undefined): string {
+  return index && index.length ? `${name}[${index.join(', ')}]` : name;
+}
+
+export function formatBytes(size: number): string {
+  const units: [string, number][] = [
+    ['GiB', 2 ** 30],
+    ['MiB', 2 ** 20],
+    ['KiB', 2 ** 10]
+  ];
+  for (const [unit, scale] of units) {
+    if (size >= scale) {
+      return `${(size / scale).toFixed(1)} ${unit}`;
+    }
+  }
+  return `${size} B`;
+}

@@ -1,0 +1,72 @@
+"""Reports made by the real checker, shared by the TypeScript unit tests (as JSON fixtures), the browser tests
+and the browser benchmark: the Python side and the JupyterLab renderer read the very same data."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+import gradmagic
+from gradmagic.report import Report
+
+#: An op name and message that would run script if inserted as HTML.
+HOSTILE = '<img src=x onerror="window.__pwned=1">'
+
+
+def log1pexp(x):
+    e = tf.exp(x)
+
+    def grad(upstream):
+        return upstream * (1 - 1 / (1 + e))
+
+    return tf.math.log(1 + e), grad
+
+
+def add_bias(x, b):
+    return x + b, lambda dy: (dy, dy)  # the bias gradient is not reduced over the batch
+
+
+def chain(x, length: int):
+    """`length` sin-and-scale steps: a forward and backward of about 2 * length nodes each."""
+    y = x
+    for _ in range(length):
+        y = tf.sin(y) * 1.01
+
+    def grad(upstream):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            z = x
+            for _ in range(length):
+                z = tf.sin(z) * 1.01
+        return tape.gradient(z, x, output_gradients=upstream)
+
+    return y, grad
+
+
+def hostile_op():
+    def op(x):
+        raise ValueError(f"{HOSTILE} broke")
+
+    op.__name__ = op.__qualname__ = HOSTILE
+    return op
+
+
+def graph_of_about(nodes: int) -> Report:
+    """A passing report whose gradient graph has about `nodes` nodes (not folded)."""
+    length = max(1, (nodes - 2) // 7)  # 7 nodes a step, and the input and output
+    return gradmagic.check(tf.custom_gradient(lambda x: chain(x, length)), tf.constant([0.3, 0.5]), numbers=False)
+
+
+def reports() -> dict[str, Report]:
+    bump = np.ones(5000, np.float32)
+    bump[7] = 2.0
+    return {
+        "log1pexp": gradmagic.check(tf.custom_gradient(log1pexp), tf.constant([-5.0, 0.0, 100.0])),
+        "unreduced_bias": gradmagic.check(tf.custom_gradient(add_bias), tf.ones([2, 3]), tf.ones([3])),
+        "projection": gradmagic.check(
+            tf.custom_gradient(lambda x: (tf.sin(x), lambda dy: dy * tf.cos(x) * bump)),
+            tf.constant(np.linspace(0, 1, 5000)),
+        ),
+        "hostile": gradmagic.check(hostile_op(), tf.constant(1.0)),
+        "big_graph": graph_of_about(200),
+    }

@@ -1,0 +1,52 @@
+"""The JupyterLab extension's own tests: its TypeScript unit tests (jest) run on reports the real checker makes
+here, and the built extension is installed where JupyterLab finds it."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import report_fixtures
+
+from gradmagic.report import schema
+
+ROOT = Path(__file__).resolve().parents[1]
+LABEXTENSION = ROOT / "labextension"
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def fixture_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("report-fixtures")
+    for name, report in report_fixtures.reports().items():
+        data = report.to_dict()
+        jsonschema.validate(data, schema())
+        (folder / f"{name}.json").write_text(json.dumps(data, allow_nan=False, indent=1))
+    return folder
+
+
+def test_typescript_unit_tests_pass_on_reports_from_the_python_checker(fixture_folder):
+    jlpm = shutil.which("jlpm", path=str(BIN)) or shutil.which("jlpm")
+    assert jlpm, "jlpm (from jupyterlab) is not installed: run ./dev test"
+    assert (LABEXTENSION / "node_modules").is_dir(), "labextension/node_modules is missing: run ./dev test"
+    env = {**os.environ, "GRADMAGIC_REPORT_FIXTURES": str(fixture_folder), "CI": "true"}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    result = subprocess.run(
+        [jlpm, "jest", "--colors=false"], cwd=LABEXTENSION, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "failed" not in result.stderr.split("Tests:")[-1], result.stderr
+    assert " passed" in result.stderr.split("Tests:")[-1], result.stderr
+
+
+def test_jupyter_lists_the_built_extension_enabled_and_ok():
+    result = subprocess.run(
+        [str(BIN / "jupyter"), "labextension", "list"], capture_output=True, text=True, timeout=120
+    )
+    listing = (result.stdout + result.stderr).replace("\x1b[32m", "").replace("\x1b[0m", "")
+    line = next((line for line in listing.splitlines() if line.strip().startswith("gradmagic ")), "")
+    assert "enabled" in line and "OK" in line, listing
