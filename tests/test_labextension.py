@@ -44,9 +44,7 @@ def test_typescript_unit_tests_pass_on_reports_from_the_python_checker(fixture_f
 
 
 def test_jupyter_lists_the_built_extension_enabled_and_ok():
-    result = subprocess.run(
-        [str(BIN / "jupyter"), "labextension", "list"], capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([str(BIN / "jupyter"), "labextension", "list"], capture_output=True, text=True, timeout=120)
     listing = (result.stdout + result.stderr).replace("\x1b[32m", "").replace("\x1b[0m", "")
     line = next((line for line in listing.splitlines() if line.strip().startswith("gradmagic ")), "")
     assert "enabled" in line and "OK" in line, listing

@@ -128,7 +128,7 @@ function shapeOf(tensor: ITensorRow, expected = false): string {
   if (!shape) {
     return expected ? '' : 'None';
   }
-  return `${dtype ?? ''}${formatShape(shape)}`;
+  return `${dtype ?? ''}${shape.length ? formatShape(shape) : '[]'}`; // as the Python renderers: float32[]
 }
 
 function shapes(report: IReport, parent: Element): void {
@@ -219,17 +219,19 @@ export function graphSummary(report: IReport): string {
   return `gradient graph: ${count('forward')} forward and ${count('backward')} backward ops; ${kept}`;
 }
 
-function graph(report: IReport, parent: Element): void {
+function graph(report: IReport, parent: Element, summary = true): void {
   if (!report.graph) {
     element('div', 'jp-gradmagic-muted', 'No gradient graph.', parent);
     return;
   }
-  element(
+  if (summary) {
+    element(
     'div',
     'jp-gradmagic-muted jp-gradmagic-graph-summary',
-    `${graphSummary(report)} (per call, from the forward until the gradient is taken: the red dashed edges).`,
-    parent
-  );
+      `${graphSummary(report)} (per call, from the forward until the gradient is taken: the red dashed edges).`,
+      parent
+    );
+  }
   parent.appendChild(graphView(report.graph));
 }
 
@@ -238,7 +240,7 @@ export function reportView(report: IReport, view: View = 'report'): HTMLElement 
   const root = element('div', `jp-gradmagic-report jp-gradmagic-view-${view}`);
   root.dataset.verdict = report.verdict;
   if (view === 'graph') {
-    graph(report, root);
+    graph(report, root, false); // the widget's graph tab has the summary above
     return root;
   }
   header(report, root);

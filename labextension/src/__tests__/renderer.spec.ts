@@ -52,7 +52,8 @@ describe.each(names)('report %s', name => {
       const cells = Array.from(rows[i].querySelectorAll('td')).map(cell => cell.textContent);
       expect(cells[0]).toBe(tensor.role);
       expect(cells[1]).toBe(tensor.name);
-      expect(cells[2]).toBe(tensor.shape ? `${tensor.dtype}${formatShape(tensor.shape)}` : 'None');
+      const shape = tensor.shape && (tensor.shape.length ? formatShape(tensor.shape) : '[]');
+      expect(cells[2]).toBe(tensor.shape ? `${tensor.dtype}${shape}` : 'None');
       expect(rows[i].classList.contains('jp-gradmagic-mismatch')).toBe(!tensor.matches);
     });
     expect(view.querySelectorAll('.jp-gradmagic-worst-table tbody tr').length).toBe(report.numerics.worst.length);
