@@ -5,6 +5,7 @@
  * details (op type, shape, dtype, bytes, cell line) for every node and edge.
  * Every string from the report goes in as text.
  */
+import { element } from './dom';
 import { BACKWARD_LANE, FORWARD_LANE, IPoint, MAX_NODES, foldScopes, layout } from './layout';
 import { IGraph, IGraphEdge, IGraphNode, formatBytes, formatShape } from './schema';
 
@@ -26,21 +27,6 @@ function svg<K extends keyof SVGElementTagNameMap>(
   const element = document.createElementNS(SVG, tag);
   for (const [name, value] of Object.entries(attributes)) {
     element.setAttribute(name, String(value));
-  }
-  parent?.appendChild(element);
-  return element;
-}
-
-function html<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className: string,
-  text?: string,
-  parent?: Element
-): HTMLElementTagNameMap[K] {
-  const element = document.createElement(tag);
-  element.className = className;
-  if (text !== undefined) {
-    element.textContent = text;
   }
   parent?.appendChild(element);
   return element;
@@ -99,25 +85,24 @@ function boxExit(ux: number, uy: number, halfWidth: number): number {
  */
 export function graphView(original: IGraph): HTMLElement {
   const graph = original.nodes.length > MAX_NODES ? foldScopes(original) : original;
-  const root = html('div', 'jp-gradmagic-graph');
+  const root = element('div', 'jp-gradmagic-graph');
   root.dataset.nodeCount = String(graph.nodes.length);
-  root.dataset.edgeCount = String(graph.edges.length);
 
-  const bar = html('div', 'jp-gradmagic-graph-bar', undefined, root);
-  const legend = html('div', 'jp-gradmagic-legend', undefined, bar);
+  const bar = element('div', 'jp-gradmagic-graph-bar', undefined, root);
+  const legend = element('div', 'jp-gradmagic-legend', undefined, bar);
   for (const role of [...FORWARD_LANE, ...BACKWARD_LANE]) {
-    html('span', `jp-gradmagic-key jp-gradmagic-role-${role}`, role, legend);
+    element('span', `jp-gradmagic-key jp-gradmagic-role-${role}`, role, legend);
   }
-  html('span', 'jp-gradmagic-key jp-gradmagic-key-saved', 'saved for the backward', legend);
-  const buttons = html('div', 'jp-gradmagic-zoom', undefined, bar);
-  const zoomIn = html('button', 'jp-gradmagic-button', '+', buttons);
-  const zoomOut = html('button', 'jp-gradmagic-button', '−', buttons);
-  const reset = html('button', 'jp-gradmagic-button', 'fit', buttons);
+  element('span', 'jp-gradmagic-key jp-gradmagic-key-saved', 'saved for the backward', legend);
+  const buttons = element('div', 'jp-gradmagic-zoom', undefined, bar);
+  const zoomIn = element('button', 'jp-gradmagic-button', '+', buttons);
+  const zoomOut = element('button', 'jp-gradmagic-button', '−', buttons);
+  const reset = element('button', 'jp-gradmagic-button', 'fit', buttons);
   zoomIn.title = 'Zoom in (or Ctrl/⌘ + wheel)';
   zoomOut.title = 'Zoom out';
   reset.title = 'Fit the whole graph';
   if (graph !== original) {
-    html(
+    element(
       'div',
       'jp-gradmagic-muted',
       `${original.nodes.length} nodes: name scopes folded into ${graph.nodes.length}.`,
@@ -139,7 +124,7 @@ export function graphView(original: IGraph): HTMLElement {
     height = Math.max(height, y + BOX_HEIGHT / 2 + MARGIN);
   }
 
-  const frame = html('div', 'jp-gradmagic-graph-frame', undefined, root);
+  const frame = element('div', 'jp-gradmagic-graph-frame', undefined, root);
   const canvas = svg('svg', { class: 'jp-gradmagic-graph-svg', role: 'img' }, frame);
   const label = svg('title', {}, canvas);
   label.textContent = 'Gradient graph: forward above, backward below';
@@ -158,11 +143,13 @@ export function graphView(original: IGraph): HTMLElement {
   const viewport = svg('g', { class: 'jp-gradmagic-viewport' }, canvas);
   const edgeLayer = svg('g', {}, viewport);
   const nodeLayer = svg('g', {}, viewport);
+  // Saved edges above the nodes they cross between, so they stay visible and hoverable.
+  const savedLayer = svg('g', {}, viewport);
 
-  const tooltip = html('div', 'jp-gradmagic-tooltip', undefined, frame);
+  const tooltip = element('div', 'jp-gradmagic-tooltip', undefined, frame);
   tooltip.hidden = true;
   const showDetails = (lines: string[], event: MouseEvent): void => {
-    tooltip.replaceChildren(...lines.map((line, i) => html('div', i ? '' : 'jp-gradmagic-tooltip-title', line)));
+    tooltip.replaceChildren(...lines.map((line, i) => element('div', i ? '' : 'jp-gradmagic-tooltip-title', line)));
     const box = frame.getBoundingClientRect();
     tooltip.style.left = `${event.clientX - box.left + 12}px`;
     tooltip.style.top = `${event.clientY - box.top + 12}px`;
@@ -209,7 +196,7 @@ export function graphView(original: IGraph): HTMLElement {
     }
     group.addEventListener('mousemove', event => showDetails(edgeDetails(edge, byId), event));
     group.addEventListener('mouseleave', hideDetails);
-    (edge.saved ? viewport : edgeLayer).appendChild(group);
+    (edge.saved ? savedLayer : edgeLayer).appendChild(group);
   }
   for (const node of graph.nodes) {
     const { x, y } = place(positions.get(node.id)!);
@@ -228,12 +215,6 @@ export function graphView(original: IGraph): HTMLElement {
     group.addEventListener('mousemove', event => showDetails(nodeDetails(node), event));
     group.addEventListener('mouseleave', hideDetails);
   }
-  // Saved edges above the nodes they cross between, so they stay visible and hoverable.
-  viewport.appendChild(nodeLayer);
-  for (const saved of Array.from(viewport.querySelectorAll(':scope > .jp-gradmagic-saved'))) {
-    viewport.appendChild(saved);
-  }
-
   // Pan and zoom: a transform on the viewport group.
   const view = { x: 0, y: 0, scale: 1 };
   let moved = false; // by the user: then a resize no longer refits

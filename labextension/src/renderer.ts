@@ -37,7 +37,6 @@ export class ReportRenderer extends Panel implements IRenderMime.IRenderer {
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
-    const started = performance.now();
     const view = model.data[WIDGET_MIME_TYPE] as { model_id?: string } | undefined;
     const kernel = this.live?.kernel();
     this.widgets.slice().forEach(child => child.dispose());
@@ -59,8 +58,6 @@ export class ReportRenderer extends Panel implements IRenderMime.IRenderer {
     }
     const metadata = (model.metadata[MIME_TYPE] ?? {}) as { view?: View };
     this.node.replaceChildren(reportView(report, metadata.view === 'graph' ? 'graph' : 'report'));
-    // From here to the first frame that shows the report, painted (read by benchmarks/bench_lab.py).
-    requestAnimationFrame(() => setTimeout(() => performance.measure('gradmagic:first-paint', { start: started })));
   }
 }
 

@@ -5,6 +5,7 @@
  * (`gradmagic/render/html.py`). Every string from the data is inserted as
  * text (`textContent`), never parsed as HTML.
  */
+import { element } from './dom';
 import { graphView } from './graphview';
 import {
   ILocation,
@@ -23,23 +24,6 @@ const TIMED_PHASES = ['structure', 'tf_function', 'graph', 'numerics'];
 
 /** What to show: the whole report, or the graph alone (the widget's graph tab). */
 export type View = 'report' | 'graph';
-
-function element<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className?: string,
-  text?: string,
-  parent?: Element
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (className) {
-    node.className = className;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  parent?.appendChild(node);
-  return node;
-}
 
 /** `x[2]; output[0]; Cell In[3], line 4` from a problem's location, or ''. */
 export function where(location: ILocation | null, opFilename: string | null): string {
