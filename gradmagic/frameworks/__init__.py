@@ -25,7 +25,12 @@ class _Known:
 
 _KNOWN = {
     "tensorflow": _Known("gradmagic.frameworks.tensorflow", "tensorflow", "TensorFlow", "tensorflow"),
+    # Keras 3 on the backend it was imported with (KERAS_BACKEND): TensorFlow, JAX or PyTorch.
+    "keras": _Known("gradmagic.frameworks.keras", "keras", "Keras 3", "tensorflow"),
 }
+
+# Keras backends' import names and the gradmagic extra that installs each.
+_BACKEND_EXTRAS = {"jax": "jax", "jaxlib": "jax", "torch": "torch", "tensorflow": "tensorflow"}
 
 #: Names accepted by `get_adapter` (and `%config GradientMagics.framework`).
 NAMES = tuple(_KNOWN)
@@ -37,7 +42,14 @@ def get_adapter(name: str) -> Adapter:
     try:
         module = importlib.import_module(known.module)
     except ModuleNotFoundError as error:
-        if (error.name or "").split(".")[0] != known.package:
+        missing = (error.name or "").split(".")[0]
+        if missing in _BACKEND_EXTRAS:  # Keras is there, its backend is not
+            raise FrameworkUnavailable(
+                f"Keras is set to run on {missing} (KERAS_BACKEND), which is not installed for this kernel's "
+                f"Python ({sys.executable}). Install it with\n    %pip install 'gradmagic[{_BACKEND_EXTRAS[missing]}]'\n"
+                "then restart the kernel, or choose another backend with KERAS_BACKEND before Keras is imported."
+            ) from None
+        if missing != known.package:
             raise
         raise FrameworkUnavailable(
             f"gradmagic needs {known.display_name} to decorate and check ops, and it is not installed for "

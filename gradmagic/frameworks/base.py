@@ -23,6 +23,28 @@ class TensorMeta:
 
 
 @dataclass(frozen=True)
+class GradientConvention:
+    """How a framework calls the gradient function `grad` that the forward returns, and what it takes back.
+
+    The structure checks call `grad` this way and explain a mismatch before the
+    framework fails far from the cause (or, worse, silently).
+    """
+
+    #: "flat": `grad(*upstreams)`, one upstream per flattened output (TensorFlow);
+    #: "structure": `grad(upstream)`, one argument shaped like the outputs (JAX);
+    #: "keyword": `grad(*inputs, upstream=upstream)`, the op's inputs first (Keras's PyTorch backend).
+    upstream: str = "flat"
+    #: Several gradients must come back as a tuple; a list fails (JAX, PyTorch).
+    tuple_required: bool = False
+    #: The op may have one output tensor only (Keras's PyTorch backend).
+    single_output: bool = False
+    #: "keyword": variables the forward reads are passed as `grad(..., variables=[...])`, which returns
+    #: `(grad_xs, grad_vars)` (TensorFlow); "closed-over": the framework gives them no gradient through the
+    #: custom gradient (JAX fails when one is differentiated, PyTorch leaves it without gradient).
+    variables: str = "keyword"
+
+
+@dataclass(frozen=True)
 class Target:
     """An op resolved for checking: the raw function and the decorated op."""
 
@@ -128,6 +150,14 @@ class Adapter(Protocol):
     version: str
     #: The decorator an op is made with, as users write it: "tf.custom_gradient".
     decorator: str
+    #: Keras 3's backend ("tensorflow", "jax", "torch") when `name` is "keras", else None.
+    backend: str | None
+    #: How the gradient function is called and what it may return.
+    convention: GradientConvention
+    #: The framework's autodiff, as users know it: "tf.GradientTape", "jax.vjp", "torch.autograd".
+    autodiff: str
+    #: Where the compiled calls run, as users know it: "tf.function", "jax.jit", "eager PyTorch".
+    compiled: str
 
     def decorate(self, function: Callable) -> Callable:
         """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""

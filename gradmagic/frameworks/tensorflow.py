@@ -18,7 +18,16 @@ from tensorflow.python.eager import context as tf_context  # for the caller's de
 from tensorflow.python.framework import ops as tf_ops  # for the gradient registry, see _Registrations
 from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
 
-from gradmagic.frameworks.base import FullJacobians, Layout, Projections, RawGraph, RawOp, Target, TensorMeta
+from gradmagic.frameworks.base import (
+    FullJacobians,
+    GradientConvention,
+    Layout,
+    Projections,
+    RawGraph,
+    RawOp,
+    Target,
+    TensorMeta,
+)
 
 
 class TensorFlowAdapter:
@@ -28,6 +37,10 @@ class TensorFlowAdapter:
     display_name = "TensorFlow"
     version = tf.__version__
     decorator = "tf.custom_gradient"
+    backend = None
+    convention = GradientConvention()
+    autodiff = "tf.GradientTape"
+    compiled = "tf.function"
 
     def decorate(self, function: Callable) -> Callable:
         """Decorate with `tf.custom_gradient`; the op also works where TensorFlow's alone fails.
@@ -806,6 +819,18 @@ class _variables_restored:
         for variable, value in self.saved:
             variable.assign(value)
         return False
+
+
+class KerasTensorFlowAdapter(TensorFlowAdapter):
+    """`keras.ops.custom_gradient` on Keras 3's TensorFlow backend, where it is `tf.custom_gradient` itself.
+
+    Ops are decorated and checked as TensorFlow's; only the names differ.
+    """
+
+    name = "keras"
+    display_name = "Keras 3 (TensorFlow backend)"
+    decorator = "keras.ops.custom_gradient"
+    backend = "tensorflow"
 
 
 ADAPTER = TensorFlowAdapter()
