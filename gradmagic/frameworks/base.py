@@ -198,8 +198,13 @@ class Adapter(Protocol):
     def machine_epsilon(self, dtype: str) -> float:
         """The machine epsilon of a floating dtype."""
 
+    def initial_vector(self, layout: Layout) -> np.ndarray:
+        """z as NumPy: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
+
     def decorated_gradients(self, target: Target, layout: Layout, upstreams: list) -> tuple[list, list]:
-        """Outputs and gradients (inputs, then variables) of the decorated op, inside a compiled function."""
+        """Outputs and gradients (inputs, then variables) of the decorated op through the framework's own gradient
+        machinery, compiled where the framework compiles (`compiled`), as NumPy arrays. `upstreams`: one per
+        flattened output."""
 
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
         """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call."""
