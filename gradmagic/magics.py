@@ -26,7 +26,14 @@ from gradmagic.op import OpInfo, attach, info_of
 
 
 def _check_arguments(magic):
-    """--rtol, --atol, --eps, --order, --graph/--no-graph, shared by both magics (defaults: the traits)."""
+    """--rtol, --atol, --eps, --order, --graph/--no-graph, --backends, shared by both magics (defaults: the traits)."""
+    magic = magic_arguments.argument(
+        "--backends",
+        default=None,
+        metavar="all|NAME,NAME",
+        help="Keras ops: also check on these Keras backends (tensorflow, jax, torch; 'all': every one "
+        "installed), each in its own process, and show a verdict per backend.",
+    )(magic)
     magic = magic_arguments.argument(
         "--no-graph",
         dest="graph",
@@ -152,6 +159,12 @@ class GradientMagics(Magics):
         default=None,
         help="Display nothing when the op is defined and its check passes.",
     )
+    @magic_arguments.argument(
+        "--keras",
+        action="store_true",
+        help="Decorate with keras.ops.custom_gradient (Keras 3, on the backend Keras runs on) instead of "
+        "%%config GradientMagics.framework.",
+    )
     @_check_arguments
     @no_var_expand
     @line_cell_magic
@@ -210,7 +223,13 @@ class GradientMagics(Magics):
         cell_source = source.Cell(magic_line, cell, self._register_cell(f"{magic_line}\n{cell}"))
         try:
             examples = example_inputs.parse_example_inputs(options.examples)
-            adapter = frameworks.get_adapter(self.framework)
+            adapter = frameworks.get_adapter("keras" if options.keras else self.framework)
+            if options.backends is not None and adapter.backend is None:
+                raise GradmagicError(
+                    "--backends checks a keras.ops.custom_gradient op on Keras's backends: add --keras "
+                    "(or %config GradientMagics.framework = 'keras')."
+                )
+            _backends(options)
             compiled = source.compile_cell(cell_source, options.target)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
@@ -227,7 +246,7 @@ class GradientMagics(Magics):
                 op = adapter.decorate(function)
                 attach(
                     op,
-                    OpInfo(compiled.name, adapter.name, compiled.form, cell_source.filename, examples),
+                    OpInfo(compiled.name, adapter.name, compiled.form, cell_source.filename, examples, options.target),
                 )
                 namespace[compiled.name] = op
                 arguments = None
@@ -387,6 +406,13 @@ class GradientMagics(Magics):
             for name in ("rtol", "atol", "eps", "order", "graph")
         }
         settings.update(full_threshold=self.full_threshold, probes=self.probes, seed=self.seed, sweep=self.sweep)
+        if options.backends is not None:
+            if framework != "keras":
+                raise GradmagicError(
+                    f"--backends checks a keras.ops.custom_gradient op on Keras's backends; this op is made with "
+                    f"{framework}'s decorator."
+                )
+            settings["backends"] = _backends(options)
         with ProgressBar() as progress:
             return CheckContext(op, framework, settings, examples).run(*arguments, progress=progress)
 
@@ -400,6 +426,16 @@ class GradientMagics(Magics):
         if not callable(op):
             raise GradmagicError(f"`{expression}` is a {type(op).__name__}, not an op.")
         return op
+
+
+def _backends(options) -> tuple[str, ...] | None:
+    """The --backends names, checked (GradmagicError naming the unknown ones)."""
+    from gradmagic.checking.portability import parse_backends
+
+    try:
+        return parse_backends(options.backends) if options.backends is not None else None
+    except ValueError as error:
+        raise GradmagicError(f"--backends: {error}.") from None
 
 
 def _signature_of(op, expression: str) -> inspect.Signature:

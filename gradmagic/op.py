@@ -19,6 +19,7 @@ class OpInfo:
     form: str  # "definition" or "body"
     filename: str  # the cell's name in linecache
     example_inputs: tuple[ExampleInput, ...]  # from --check, reused by %gradcheck
+    target: str | None = None  # the magic line's NAME or NAME(PARAMS), to compile the cell again elsewhere
 
 
 def attach(op: Callable, info: OpInfo) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -196,6 +196,19 @@ class OpDescription:
     origin: str  # "magic" | "decorated" | "plain"
     mode: str = "eager"  # execution mode the check ran in
     filename: str | None = None
+    backend: str | None = None  # Keras 3's backend ("tensorflow", "jax", "torch") when framework is "keras"
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """The op checked on one Keras backend, in its own process (the portability check)."""
+
+    backend: str  # "tensorflow" | "jax" | "torch"
+    verdict: str  # "pass" | "warn" | "fail" | "unavailable"
+    version: str | None = None
+    problems: tuple[Problem, ...] = ()
+    seconds: float = 0.0
+    note: str | None = None  # why it is unavailable
 
 
 @dataclass(frozen=True)
@@ -210,6 +223,7 @@ class Report:
     options: dict[str, Any] = field(default_factory=dict)
     graph: Graph | None = None
     sweep: Sweep | None = None
+    backends: tuple[BackendResult, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -276,24 +290,29 @@ class Report:
         )
         return cls(
             op=OpDescription(**data["op"]),
-            problems=tuple(
-                Problem(
-                    **{
-                        **p,
-                        "location": Location(**_tuples(p["location"], "index", "output_index"))
-                        if p.get("location")
-                        else None,
-                    }
-                )
-                for p in data["problems"]
-            ),
+            problems=_problems(data["problems"]),
             tensors=tuple(TensorRow(**_tuples(t, "shape", "expected_shape")) for t in data["tensors"]),
             numerics=Numerics(**numerics),
             timings=dict(data["timings"]),
             options=dict(data["options"]),
             graph=_graph(data.get("graph")),
             sweep=_sweep(data.get("sweep")),
+            backends=tuple(
+                BackendResult(**{**b, "problems": _problems(b["problems"])}) for b in data.get("backends", ())
+            ),
         )
+
+
+def _problems(data: list[dict[str, Any]]) -> tuple[Problem, ...]:
+    return tuple(
+        Problem(
+            **{
+                **p,
+                "location": Location(**_tuples(p["location"], "index", "output_index")) if p.get("location") else None,
+            }
+        )
+        for p in data
+    )
 
 
 def _graph(data: dict[str, Any] | None) -> Graph | None:

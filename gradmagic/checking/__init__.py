@@ -1,8 +1,8 @@
 """The check engine: `check(op, *args)` turns a custom gradient into a `Report`.
 
-Structure checks come first (what TensorFlow accepts silently), then the
-op eagerly against `tf.function`, then numbers: finite differences and
-autodiff. `check` never raises because the user's op is broken: every failure
+Structure checks come first (what the framework accepts silently), then the
+op eagerly against its compiled form (`tf.function`, `jax.jit`), then
+numbers: finite differences and autodiff. `check` never raises because the user's op is broken: every failure
 becomes a problem in the report.
 """
 
@@ -17,10 +17,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradmagic.checking import numeric, projection
+from gradmagic.checking import numeric, portability, projection
 from gradmagic.checking.graph import build_graph
 from gradmagic.checking.structure import CheckInputs, Findings, check_structure, name_inputs
 from gradmagic.checking.sweep import sweep_along
+from gradmagic.checking.wording import wording_for
 from gradmagic.frameworks import get_adapter
 from gradmagic.frameworks.base import Adapter, Layout, Target
 from gradmagic.report import Graph, Numerics, OpDescription, Report, Sweep
@@ -37,7 +38,7 @@ class CheckOptions:
     probes: int = 4  # projection mode: random directions
     seed: int = 0  # random upstream gradients and directions
     float64: bool = True  # run finite differences in float64 when the op accepts it
-    tf_function: bool = True  # also take the gradient inside tf.function and compare with eager
+    tf_function: bool = True  # also take the gradient compiled (tf.function, jax.jit) and compare with eager
     graph: bool = True  # trace the forward and the backward and put the graph in the report
     fold_graph: bool = True  # fold framework plumbing (Identity, NoOp, scalar constants) out of the graph
     order: int = 1  # 2: also check the derivative of the custom gradient (full mode)
@@ -45,8 +46,10 @@ class CheckOptions:
     sweep: bool = True  # full mode: sweep one input element (a scalar input, or an element-wise op)
     sweep_range: tuple[float, float] | None = None  # the swept element's range; None: around the example
     sweep_points: int = 201
+    backends: tuple[str, ...] = ()  # Keras ops: also check on these backends ("all" or names), each in a subprocess
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "backends", portability.parse_backends(self.backends))
         if self.order not in (1, 2):
             raise ValueError(f"order must be 1 or 2, not {self.order!r}")
         if self.sweep_range is not None:
@@ -69,8 +72,11 @@ def check(
     """Check the custom gradient of `op` at the example inputs `args`.
 
     `op` may be an op made by `%%custom_gradient`, a function decorated with
-    `tf.custom_gradient` by hand, or a plain function returning
-    `(outputs, grad_fn)`. `kwargs` are keyword arguments for the op (they get
+    `tf.custom_gradient` (or, with `framework="keras"`, `keras.ops.custom_gradient`)
+    by hand, or a plain function returning `(outputs, grad_fn)`. With
+    `framework="keras"` the op runs on the Keras backend of this process, and
+    `backends=[...]` (or `"all"`) also checks it on other backends, each in a
+    subprocess (see `gradmagic.checking.portability`). `kwargs` are keyword arguments for the op (they get
     no gradient). `options` are the fields of `CheckOptions`. `progress`, if
     given, is called with the fraction done (0 to 1) and the phase starting.
     """
@@ -81,7 +87,7 @@ def check(
     adapter = get_adapter(framework)
     target = adapter.resolve(op)
     source = _source_label(target.filename)
-    findings = Findings(target, source)
+    findings = Findings(target, wording_for(adapter), source)
     timings: dict[str, float] = {}
     description = OpDescription(
         target.name,
@@ -91,6 +97,7 @@ def check(
         target.origin,
         "eager",
         source,
+        adapter.backend,
     )
     numerics = Numerics(mode="skipped", skipped_because="structure errors")
     graph = sweep = None
@@ -108,7 +115,7 @@ def check(
                 tuple(trial.variables),
             )
             if settings.tf_function:
-                step(0.15, "tf.function")
+                step(0.15, adapter.compiled)
                 mark = time.perf_counter()
                 _compare_eager_and_traced(adapter, target, layout, trial, findings)
                 timings["tf_function"] = time.perf_counter() - mark
@@ -127,13 +134,12 @@ def check(
                         "fd-error",
                         "error",
                         f"Evaluating `{target.name}` for the finite differences (at inputs perturbed by a "
-                        f"tiny step, inside tf.function) raised {type(error).__name__}: {_cause(error)}",
+                        f"tiny step, {findings.wording.compiled}) raised {type(error).__name__}: {_cause(error)}",
                     )
                     numerics = Numerics(mode="skipped", skipped_because="the op failed at perturbed inputs")
                 timings["numerics"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - started
-    step(1.0, "done")
-    return Report(
+    report = Report(
         description,
         tuple(findings.problems),
         tuple(findings.rows),
@@ -142,6 +148,31 @@ def check(
         dataclasses.asdict(settings),
         graph,
         sweep,
+    )
+    if settings.backends:
+        step(0.9, "other backends")
+        report = _with_backends(report, op, args, dict(kwargs or {}), adapter, settings)
+    step(1.0, "done")
+    return report
+
+
+def _with_backends(report: Report, op, args: tuple, kwargs: dict, adapter: Adapter, settings: CheckOptions) -> Report:
+    """The portability check: the same op and inputs on each asked-for Keras backend, in subprocesses."""
+    if adapter.backend is None:
+        raise ValueError(
+            "backends=... checks a keras.ops.custom_gradient op on Keras's backends: pass framework='keras' "
+            "(or use %%custom_gradient --keras)"
+        )
+    started = time.perf_counter()
+    results = portability.check_backends(
+        op, args, kwargs, settings.backends, dataclasses.asdict(settings), here=(adapter.backend, report)
+    )
+    others = tuple(result for result in results if result.backend != adapter.backend)
+    return dataclasses.replace(
+        report,
+        problems=report.problems + tuple(portability.summary_problems(others)),
+        backends=results,
+        timings={**report.timings, "backends": time.perf_counter() - started},
     )
 
 
@@ -219,7 +250,8 @@ def _gradient_graph(
 
 
 def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, trial, findings: Findings) -> None:
-    """The decorated op through TensorFlow's gradient machinery inside tf.function, against the eager trial."""
+    """The decorated op through the framework's gradient machinery, compiled, against the eager trial."""
+    compiled = findings.wording.compiled
     try:
         graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams)
     except Exception as error:  # TensorFlow's own error about the user's op
@@ -233,7 +265,7 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
         findings.add(
             "graph-mismatch",
             "error",
-            f"`{target.name}` works eagerly but taking its gradient inside tf.function fails: "
+            f"`{target.name}` works eagerly but taking its gradient {compiled} fails: "
             f"{type(error).__name__}: {cause} {advice}",
         )
         return
@@ -248,7 +280,7 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
                 findings.add(
                     "graph-mismatch",
                     "error",
-                    f"`{target.name}` gives a different {what} (#{position}) eagerly and inside tf.function: "
+                    f"`{target.name}` gives a different {what} (#{position}) eagerly and {compiled}: "
                     f"largest difference {np.nanmax(np.abs(value - in_graph)):.3g}. Python-side state or "
                     "randomness in the op behaves differently when traced.",
                 )

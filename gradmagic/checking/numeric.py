@@ -205,7 +205,7 @@ def compare_second_order(
         + "; ".join(listing)
         + ". The gradient function is right at this point but its own ops do not "
         "differentiate to the second derivative: compute it from differentiable tensors (not constants or "
-        "tf.stop_gradient), or give it a custom gradient too.",
+        f"{findings.wording.stop_gradient}), or give it a custom gradient too.",
         input=name,
         index=index,
     )
@@ -395,7 +395,7 @@ def _report_autodiff(
             findings.add(
                 "autodiff-nonfinite",
                 "info",
-                f"TensorFlow's own gradient of the forward is NaN/Inf at {count} input "
+                f"{findings.wording.autodiff} of the forward is NaN/Inf at {count} input "
                 f"element{'s' if count > 1 else ''}: at {element_label(name, index)} = {original_z[column]:.6g}, "
                 f"for d {element_label(output_name, output_index)} "
                 f"autodiff gives {autodiff_original[row, column]:.6g}, the custom gradient "
@@ -417,7 +417,7 @@ def _report_autodiff(
             findings.add(
                 "autodiff-differs",
                 "info",
-                f"TensorFlow's own gradient of the forward differs from the true derivative at {int(differs.sum())} "
+                f"{findings.wording.autodiff} of the forward differs from the true derivative at {int(differs.sum())} "
                 f"element{'s' if differs.sum() > 1 else ''} (at {element_label(name, index)}: autodiff "
                 f"{autodiff[row, column]:.6g}, finite differences {numerical[row, column]:.6g}), while the custom "
                 "gradient matches: the forward uses ops whose registered gradient is not their derivative "

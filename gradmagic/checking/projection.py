@@ -274,7 +274,7 @@ def _mismatch_message(
 
 
 def _report_autodiff(adapter, target, original, layout, prober, columns, findings) -> None:
-    """autodiff-nonfinite: TensorFlow's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
+    """autodiff-nonfinite: the framework's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
     custom, autodiff = prober.custom, prober.autodiff
     if original is not layout:
         dtype = adapter.meta(original.inputs[original.perturbable[0]]).dtype if original.perturbable else "float32"
@@ -289,7 +289,7 @@ def _report_autodiff(adapter, target, original, layout, prober, columns, finding
         findings.add(
             "autodiff-nonfinite",
             "info",
-            f"TensorFlow's own gradient of the forward is NaN/Inf at {int(rescued.sum())} element"
+            f"{findings.wording.autodiff} of the forward is NaN/Inf at {int(rescued.sum())} element"
             f"{'s' if rescued.sum() > 1 else ''} (first at {element_label(name, index)}), where the custom gradient is "
             "finite: the custom gradient fixes it.",
             input=name,

@@ -1,8 +1,10 @@
-"""Structure checks: what TensorFlow accepts silently, or reports far from the cause, found before any number.
+"""Structure checks: what the framework accepts silently, or reports far from the cause, found before any number.
 
 The op's raw function and its gradient function are called once, eagerly,
-on the example inputs and a random upstream gradient; what they return is
-compared with what `tf.custom_gradient` needs.
+on the example inputs and a random upstream gradient, the way the framework
+calls them (`GradientConvention`); what they return is compared with what the
+decorator (`tf.custom_gradient`, `keras.ops.custom_gradient` on the backend
+at hand) needs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from gradmagic.checking.wording import Wording, backend_name
 from gradmagic.frameworks.base import Adapter, Target, TensorMeta
 from gradmagic.report import Location, Problem, TensorRow
 
@@ -52,6 +55,7 @@ class Findings:
     """Problems and shapes-table rows, as the checks find them."""
 
     target: Target
+    wording: Wording
     source: str | None = None  # how the user names the op's source: "Cell In[3]" or a file path
     problems: list[Problem] = field(default_factory=list)
     rows: list[TensorRow] = field(default_factory=list)
@@ -99,7 +103,9 @@ def check_structure(
             lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves
         )
     except Exception as error:  # the user's forward: any exception is a finding
-        findings.add("forward-error", "error", _raised("forward", target, error), line=_line_of(error, target))
+        findings.add(
+            "forward-error", "error", _raised("forward", target, error, findings.wording), line=_line_of(error, target)
+        )
         return None
 
     if not _returns_outputs_and_grad(target, result, findings):
@@ -129,7 +135,7 @@ def check_structure(
             output=name,
             severity="warning",
             advice=" The forward overflows or divides by zero there (in the op's own precision); a stable "
-            "form of the forward avoids it (e.g. tf.math.softplus for log(1 + exp(x))).",
+            f"form of the forward avoids it (e.g. {findings.wording.softplus} for log(1 + exp(x))).",
         )
 
     grad_fn = result[1]
@@ -137,12 +143,29 @@ def check_structure(
     for name, variable in zip(variable_names, variables):
         meta = adapter.meta(variable)
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
+    convention = adapter.convention
+    if variables and convention.variables == "closed-over":
+        _closed_over_variables(adapter, target, variable_names, findings)
+        return None
+    if convention.single_output and len(outputs) > 1:
+        findings.add(
+            "backend-outputs",
+            "error",
+            f"`{target.name}` returns {len(outputs)} output tensors ({_listing(output_names)}); on Keras's "
+            f"{backend_name(adapter.backend or '')} backend {adapter.decorator} supports one: its "
+            "torch.autograd.Function receives a single upstream gradient, and taking the gradient fails with "
+            "`TypeError: CustomGradientFunction.backward() takes 2 positional arguments but "
+            f"{len(outputs) + 1} were given`. Return one tensor (stack or concatenate the outputs and split "
+            "them after the op), or make one op per output.",
+            line=_return_line(target),
+        )
+        return None
     if variables and not _accepts_variables(grad_fn):
         findings.add(
             "missing-variables-kwarg",
             "error",
             f"The forward reads the variable{'s' if len(variables) > 1 else ''} {_listing(variable_names)}, which "
-            f"{'are' if len(variables) > 1 else 'is'} not an input, so tf.custom_gradient calls the gradient function "
+            f"{'are' if len(variables) > 1 else 'is'} not an input, so {adapter.decorator} calls the gradient function "
             "with `variables=[...]` and expects `(grad_xs, grad_vars)` back. Define it as "
             "`def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`.",
             variable=variable_names[0],
@@ -161,13 +184,16 @@ def check_structure(
         findings.rows.append(TensorRow("upstream", f"d{name}", meta.shape, meta.dtype))
     trial = Trial(outputs, output_names, output_metas, variables, variable_names, upstreams)
 
+    arguments, keywords = _gradient_call(adapter, inputs, result[0], upstreams, variables)
+    if adapter.backend is not None and not _accepts_call(grad_fn, arguments, keywords, findings, adapter, target):
+        return None
     try:
-        returned = grad_fn(*upstreams, variables=variables) if variables else grad_fn(*upstreams)
+        returned = grad_fn(*arguments, **keywords)
     except Exception as error:  # the user's gradient function
         findings.add(
             "grad-error",
             "error",
-            _raised("gradient function", target, error, grad_fn, len(upstreams)),
+            _raised("gradient function", target, error, findings.wording, grad_fn, len(upstreams)),
             line=_line_of(error, target),
         )
         return None
@@ -198,6 +224,18 @@ def check_structure(
             return None
         trial.variable_gradients = variable_gradients
 
+    if convention.tuple_required and isinstance(returned, list):
+        findings.add(
+            "grad-list",
+            "error",
+            f"The gradient function returns a list of {len(returned)}; on Keras's "
+            f"{backend_name(adapter.backend or '')} backend {adapter.decorator} needs a tuple "
+            f"({_LIST_FAILURES.get(adapter.backend or '', 'it fails when the gradient is taken')}). Return "
+            f"`({', '.join('grad_' + _identifier(n) for n in inputs.names)}{',' if len(inputs.names) == 1 else ''})` "
+            "or `tuple(grads)`: a tuple works on every backend.",
+            line=_first_line(grad_fn),
+        )
+        return None
     gradients = adapter.flatten(returned)
     if len(gradients) != len(inputs.leaves):
         findings.add(
@@ -207,8 +245,12 @@ def check_structure(
             f"{len(inputs.leaves)} input{'s' if len(inputs.leaves) != 1 else ''} "
             f"({_listing(inputs.names)}). Return one per input, in order: `return "
             f"{', '.join('grad_' + _identifier(n) for n in inputs.names)}` (None for an input without "
-            "gradient). TensorFlow reports this only when the gradient is taken, and inside tf.function as "
-            "an InternalError about 'too few gradients'.",
+            + (
+                "gradient). TensorFlow reports this only when the gradient is taken, and inside tf.function as "
+                "an InternalError about 'too few gradients'."
+                if adapter.backend in (None, "tensorflow")
+                else f"gradient). {findings.wording.framework} reports this only when the gradient is taken."
+            ),
             line=_first_line(grad_fn),
         )
         return None
@@ -223,6 +265,90 @@ def check_structure(
     return trial
 
 
+# What a list returned by the gradient function does on each Keras backend that needs a tuple.
+_LIST_FAILURES = {
+    "jax": "JAX's custom_vjp fails with 'Custom VJP bwd rule must produce an output with the same container "
+    "(pytree) structure as the args tuple of the primal function'",
+    "torch": "Keras's torch.autograd.Function fails with 'TypeError: can only concatenate tuple (not \"list\") "
+    "to tuple'",
+}
+
+# The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
+PORTABLE_FORM = """def grad(*args, upstream=None):
+    if upstream is None:
+        (upstream,) = args
+    return ..."""
+
+
+def _gradient_call(adapter: Adapter, inputs: CheckInputs, outputs: Any, upstreams: list, variables: list):
+    """The positional and keyword arguments the framework passes to the gradient function."""
+    convention = adapter.convention
+    keywords: dict = {"variables": variables} if variables else {}
+    if convention.upstream == "structure":  # JAX: one cotangent shaped like the outputs
+        return [adapter.pack(outputs, upstreams)], keywords
+    if convention.upstream == "keyword":  # Keras's PyTorch backend: the op's inputs, then upstream=
+        return list(inputs.structure), {**keywords, "upstream": upstreams[0] if len(upstreams) == 1 else upstreams}
+    return list(upstreams), keywords
+
+
+def _accepts_call(grad_fn, arguments: list, keywords: dict, findings: Findings, adapter: Adapter, target) -> bool:
+    """backend-signature: the gradient function cannot take the arguments this Keras backend passes."""
+    try:
+        signature = inspect.signature(grad_fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(*arguments, **keywords)
+        return True
+    except TypeError as error:
+        reason = str(error)
+    backend = backend_name(adapter.backend or "")
+    if adapter.convention.upstream == "keyword":
+        how = "`grad(*inputs, upstream=upstream)`: the op's inputs positionally, the upstream gradient as the keyword "
+        how += "`upstream`"
+    elif adapter.convention.upstream == "structure":
+        how = "`grad(upstream)`: one positional argument holding the upstream gradient (shaped like the outputs)"
+    else:
+        how = "`grad(*upstreams)`: one positional upstream gradient per output"
+    findings.add(
+        "backend-signature",
+        "error",
+        f"The gradient function `{getattr(grad_fn, '__name__', 'grad')}{signature}` cannot be called the way Keras's "
+        f"{backend} backend calls it, {how} ({reason}). It works on some backends only. Write it the portable way "
+        f"from the {adapter.decorator} documentation, which works on TensorFlow, JAX and PyTorch:\n{PORTABLE_FORM}",
+        line=_first_line(grad_fn),
+    )
+    return False
+
+
+def _closed_over_variables(adapter: Adapter, target: Target, names: list[str], findings: Findings) -> None:
+    """closed-over-variable: the forward reads Keras variables that this backend's custom gradient cannot reach."""
+    listed = _listing(names)
+    if adapter.backend == "torch":
+        consequence = (
+            "Keras's PyTorch backend runs the forward under torch.no_grad inside a torch.autograd.Function, so "
+            f"{'they get' if len(names) > 1 else 'it gets'} no gradient at all, silently (`.grad` stays None "
+            "and an optimizer never moves it)"
+        )
+    else:
+        consequence = (
+            "jax.custom_gradient gives gradients for the op's explicit inputs only, so training "
+            f"{'them' if len(names) > 1 else 'it'} fails with JAX's 'Detected differentiation of a custom_vjp "
+            "function with respect to a closed-over value'"
+        )
+    findings.add(
+        "closed-over-variable",
+        "error",
+        f"The forward reads the Keras variable{'s' if len(names) > 1 else ''} {listed}, which "
+        f"{'are' if len(names) > 1 else 'is'} not an input. On Keras's {backend_name(adapter.backend or '')} "
+        f"backend {consequence}. Pass {'them' if len(names) > 1 else 'it'} as input{'s' if len(names) > 1 else ''} "
+        f"(`op(x, {', '.join(_identifier(n) for n in names)})`) and return {'their' if len(names) > 1 else 'its'} "
+        "gradient with the others; that form works on every backend.",
+        variable=names[0],
+        line=_first_line(target.raw),
+    )
+
+
 def _check_keyword_inputs(adapter: Adapter, inputs: CheckInputs, findings: Findings) -> None:
     for name, value in inputs.kwargs.items():
         meta = adapter.meta(value)
@@ -230,7 +356,7 @@ def _check_keyword_inputs(adapter: Adapter, inputs: CheckInputs, findings: Findi
             findings.add(
                 "keyword-input",
                 "warning",
-                f"The tensor `{name}` is passed by keyword: tf.custom_gradient differentiates positional "
+                f"The tensor `{name}` is passed by keyword: {adapter.decorator} differentiates positional "
                 f"inputs only, so `{name}` gets no gradient. Pass it by position if it needs one.",
                 input=name,
             )
@@ -242,8 +368,8 @@ def _returns_outputs_and_grad(target: Target, result: Any, findings: Findings) -
     if isinstance(result, (tuple, list)) and len(result) > 2 and callable(result[-1]):
         outputs = _returned_names(target, len(result)) or [f"y{i}" for i in range(len(result) - 1)] + ["grad"]
         message = (
-            f"`{target.name}` returns {len(result)} values; tf.custom_gradient needs exactly two, the outputs "
-            f"and the gradient function (TensorFlow fails with 'too many values to unpack (expected 2)'). "
+            f"`{target.name}` returns {len(result)} values; {findings.wording.decorator} needs exactly two, the "
+            f"outputs and the gradient function (it fails with 'too many values to unpack (expected 2)'). "
             f"Group the outputs: `return ({', '.join(outputs[:-1])}), {outputs[-1]}`."
         )
     elif isinstance(result, (tuple, list)) and len(result) == 2:
@@ -253,7 +379,7 @@ def _returns_outputs_and_grad(target: Target, result: Any, findings: Findings) -
         )
     else:
         message = (
-            f"`{target.name}` returns {_what(result)}; tf.custom_gradient needs `(outputs, grad_fn)`: "
+            f"`{target.name}` returns {_what(result)}; {findings.wording.decorator} needs `(outputs, grad_fn)`: "
             "end the function with `return outputs, grad`."
         )
     findings.add("return-structure", "error", message, line=_return_line(target))
@@ -271,8 +397,8 @@ def _check_gradient(
             findings.add(
                 "none-gradient",
                 "warning",
-                f"The gradient for {role} `{name}` is None: TensorFlow treats it as zero. Return "
-                f"`tf.zeros_like({_identifier(name)})` if that is meant, else compute it.",
+                f"The gradient for {role} `{name}` is None: {findings.wording.framework} treats it as zero. Return "
+                f"`{findings.wording.zeros_like}({_identifier(name)})` if that is meant, else compute it.",
                 line=line,
                 **where,
             )
@@ -301,14 +427,18 @@ def _check_gradient(
         return
     if gradient_meta.shape != meta.shape:
         findings.add(
-            "grad-shape", "error", _shape_message(role, name, meta.shape, gradient_meta.shape), line=line, **where
+            "grad-shape",
+            "error",
+            _shape_message(role, name, meta.shape, gradient_meta.shape, findings.wording),
+            line=line,
+            **where,
         )
     if gradient_meta.dtype != meta.dtype:
         findings.add(
             "grad-dtype",
             "error",
             f"The gradient for {role} `{name}` is {gradient_meta.dtype} but `{name}` is {meta.dtype}. "
-            f"Cast it: `tf.cast(grad, {_identifier(name)}.dtype)`.",
+            f"Cast it: `{findings.wording.cast}(grad, {_identifier(name)}.dtype)`.",
             line=line,
             **where,
         )
@@ -318,16 +448,18 @@ def _check_gradient(
         )
 
 
-def _shape_message(role: str, name: str, expected: tuple, got: tuple) -> str:
-    message = (
-        f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
+def _shape_message(role: str, name: str, expected: tuple, got: tuple, wording: Wording) -> str:
+    message = f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; " + (
         "TensorFlow accepts this silently and fails later, far away."
+        if wording.framework == "TensorFlow"
+        else f"{wording.framework} may accept it and fail later, far away, or fail with an error that does "
+        "not name the cause."
     )
     axes = _broadcast_axes(expected, got)
     if axes is not None:
-        reduced = f"tf.reduce_sum(grad, axis={list(axes)})"
+        reduced = f"{wording.reduce_sum}(grad, axis={list(axes)})"
         if len(got) - len(axes) != len(expected):
-            reduced = f"tf.reshape({reduced}, {list(expected)})"
+            reduced = f"{wording.reshape}({reduced}, {list(expected)})"
         message += f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes, `{reduced}`."
     return message
 
@@ -385,13 +517,24 @@ def _accepts_variables(grad_fn: Any) -> bool:
     return any(p.name == "variables" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _raised(what: str, target: Target, error: Exception, grad_fn: Any = None, upstream_count: int = 0) -> str:
+# What the frameworks say when a Python `if` meets a tensor of several elements (or a traced one).
+_AMBIGUOUS_TRUTH = (
+    "truth value of an array",  # NumPy, eager TensorFlow and JAX
+    "symbolic `tf.Tensor` as a Python `bool`",  # inside tf.function
+    "Boolean value of Tensor with more than one value",  # PyTorch
+    "Attempted boolean conversion of traced array",  # JAX under a trace
+)
+
+
+def _raised(
+    what: str, target: Target, error: Exception, wording: Wording, grad_fn: Any = None, upstream_count: int = 0
+) -> str:
     message = f"The {what} of `{target.name}` raised {type(error).__name__}: {_first_lines(error)}"
     text = str(error)
-    if "truth value of an array" in text or "symbolic `tf.Tensor` as a Python `bool`" in text:
+    if any(phrase in text for phrase in _AMBIGUOUS_TRUTH):
         message += (
-            " A Python `if` or `tf.cond` needs a scalar predicate; for an element-wise choice use "
-            "`tf.where(condition, a, b)`, which also keeps the gradient element-wise."
+            " A Python `if` (or `tf.cond`) needs a scalar predicate; for an element-wise choice use "
+            f"`{wording.where}(condition, a, b)`, which also keeps the gradient element-wise."
         )
     elif grad_fn is not None and isinstance(error, TypeError) and "positional argument" in text:
         message += (

@@ -46,7 +46,8 @@ def get_adapter(name: str) -> Adapter:
         if missing in _BACKEND_EXTRAS:  # Keras is there, its backend is not
             raise FrameworkUnavailable(
                 f"Keras is set to run on {missing} (KERAS_BACKEND), which is not installed for this kernel's "
-                f"Python ({sys.executable}). Install it with\n    %pip install 'gradmagic[{_BACKEND_EXTRAS[missing]}]'\n"
+                f"Python ({sys.executable}). Install it with\n"
+                f"    %pip install 'gradmagic[{_BACKEND_EXTRAS[missing]}]'\n"
                 "then restart the kernel, or choose another backend with KERAS_BACKEND before Keras is imported."
             ) from None
         if missing != known.package:

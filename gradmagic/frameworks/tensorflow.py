@@ -832,5 +832,11 @@ class KerasTensorFlowAdapter(TensorFlowAdapter):
     decorator = "keras.ops.custom_gradient"
     backend = "tensorflow"
 
+    @property
+    def version(self) -> str:
+        import keras
+
+        return f"keras {keras.__version__}, tensorflow {tf.__version__}"
+
 
 ADAPTER = TensorFlowAdapter()

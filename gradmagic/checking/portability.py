@@ -1,0 +1,403 @@
+"""The portability check: one `keras.ops.custom_gradient` op checked on several Keras backends.
+
+Keras fixes its backend when it is first imported, so each other backend runs
+in a fresh Python process with `KERAS_BACKEND` set (this module is that
+process's entry point too: `python -m gradmagic.checking.portability`). The
+op travels as source, not as an object: the `%%custom_gradient` cell, or the
+source of a function written in a cell or file, compiled under the same name
+so that line numbers in the other backends' problems are the user's own.
+The notebook globals it reads travel by kind (modules by name, arrays and
+plain values by value, Keras variables as new variables with the same value,
+notebook functions as source); the example inputs go as NumPy arrays. What
+cannot travel makes that backend "unavailable" with the reason, never a
+silent pass.
+"""
+
+from __future__ import annotations
+
+import dis
+import importlib.util
+import inspect
+import json
+import linecache
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from gradmagic.report import BackendResult, Problem, Report
+
+#: Keras backends, in the order the table lists them, with the module each needs and the extra that installs it.
+BACKENDS = {"tensorflow": ("tensorflow", "tensorflow"), "jax": ("jax", "jax"), "torch": ("torch", "torch")}
+
+_RESULT_MARKER = "@@gradmagic-backend-result@@"
+# Options that only make the per-backend report richer to look at, not its verdict: off in the subprocesses.
+_SUBPROCESS_OPTIONS = {"graph": False, "sweep": False, "backends": ()}
+
+
+class NotPortable(Exception):
+    """The op or its inputs cannot be sent to another process; the message says what and why."""
+
+
+def parse_backends(value: str | list | tuple) -> tuple[str, ...]:
+    """`"all"`, `"jax,torch"` or a list of names to backend names, in table order (ValueError if unknown)."""
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [name.strip().lower() for name in names if name.strip()]
+    if names == ["all"]:
+        return tuple(BACKENDS)
+    unknown = [name for name in names if name not in BACKENDS]
+    if unknown:
+        raise ValueError(
+            f"unknown Keras backend{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+            f"give 'all' or some of {', '.join(BACKENDS)}"
+        )
+    return tuple(name for name in BACKENDS if name in names)
+
+
+def installed(backend: str) -> bool:
+    """Whether `backend`'s package can be imported here (without importing it)."""
+    return importlib.util.find_spec(BACKENDS[backend][0]) is not None
+
+
+def check_backends(
+    op: Callable,
+    args: tuple,
+    kwargs: dict,
+    backends: tuple[str, ...],
+    options: dict,
+    here: tuple[str, Report] | None = None,
+    timeout: float = 600.0,
+) -> tuple[BackendResult, ...]:
+    """Check `op` at `args` on each of `backends`, each in its own process, all at once.
+
+    `here` is (backend, report) of the check that already ran in this process:
+    that backend is not run again. `options` are the check's options.
+    """
+    results: dict[str, BackendResult] = {}
+    if here is not None and here[0] in backends:
+        results[here[0]] = _result(here[0], here[1], seconds=here[1].timings.get("total", 0.0))
+    pending = [b for b in backends if b not in results]
+    for backend in [b for b in pending if not installed(b)]:
+        results[backend] = BackendResult(
+            backend,
+            "unavailable",
+            note=f"{BACKENDS[backend][0]} is not installed here: pip install 'gradmagic[{BACKENDS[backend][1]}]'",
+        )
+    pending = [b for b in pending if b not in results]
+    if pending:
+        try:
+            payload = pickle.dumps(
+                {
+                    "recipe": recipe_for(op),
+                    "args": _to_arrays(args),
+                    "kwargs": _to_arrays(kwargs),
+                    "options": {**options, **_SUBPROCESS_OPTIONS},
+                }
+            )
+        except NotPortable as error:
+            for backend in pending:
+                results[backend] = BackendResult(backend, "unavailable", note=str(error))
+        else:
+            results.update(_run_all(pending, payload, timeout))
+    return tuple(results[b] for b in backends)
+
+
+def summary_problems(results: tuple[BackendResult, ...]) -> list[Problem]:
+    """backend-fails (error) for each backend whose check fails; backend-unavailable (info) for those not run."""
+    from gradmagic.checking.wording import backend_name
+
+    problems = []
+    for result in results:
+        name = backend_name(result.backend)
+        if result.verdict == "fail":
+            first = next(p for p in result.problems if p.severity == "error")
+            problems.append(
+                Problem(
+                    "backend-fails",
+                    "error",
+                    f"On Keras's {name} backend the check fails: [{first.code}] {first.message}",
+                    first.location,
+                )
+            )
+        elif result.verdict == "unavailable":
+            problems.append(Problem("backend-unavailable", "info", f"Not checked on {name}: {result.note}"))
+    return problems
+
+
+def _result(backend: str, report: Report, seconds: float) -> BackendResult:
+    return BackendResult(backend, report.verdict, report.op.framework_version, report.problems, seconds)
+
+
+def _run_all(backends: list[str], payload: bytes, timeout: float) -> dict[str, BackendResult]:
+    """One process per backend, started together (most of each one's time is importing its framework)."""
+    started = time.perf_counter()
+    processes = {}
+    try:
+        for backend in backends:
+            environment = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+            environment.pop("CUDA_VISIBLE_DEVICES", None)
+            processes[backend] = subprocess.Popen(
+                [sys.executable, "-m", "gradmagic.checking.portability"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=environment,
+            )
+        outputs = {}
+        for backend, process in processes.items():
+            try:
+                left = max(timeout - (time.perf_counter() - started), 1.0)
+                outputs[backend] = (*process.communicate(payload, timeout=left), time.perf_counter() - started)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                outputs[backend] = (b"", f"no answer after {timeout:.0f} s".encode(), timeout)
+    finally:  # Ctrl-C or any failure here: no process is left behind
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return {backend: _read_result(backend, *output) for backend, output in outputs.items()}
+
+
+def _read_result(backend: str, stdout: bytes, stderr: bytes, seconds: float) -> BackendResult:
+    text = stdout.decode(errors="replace")
+    if _RESULT_MARKER not in text:
+        lines = [line for line in stderr.decode(errors="replace").strip().splitlines() if line.strip()]
+        return BackendResult(
+            backend, "unavailable", seconds=seconds, note=f"its process failed: {lines[-1] if lines else 'no output'}"
+        )
+    answer = json.loads(text.rsplit(_RESULT_MARKER, 1)[1])
+    if "unavailable" in answer:
+        return BackendResult(backend, "unavailable", seconds=seconds, note=answer["unavailable"])
+    return _result(backend, Report.from_dict(answer["report"]), seconds)
+
+
+# -- what travels ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Global:
+    """One notebook global the op reads, in a form another process can rebuild."""
+
+    name: str
+    kind: str  # "module" | "value" | "variable" | "function" | "import"
+    data: Any
+
+
+def recipe_for(op: Callable) -> dict:
+    """How another process rebuilds `op`: its source (cell or function) and the globals it reads."""
+    from gradmagic.op import info_of
+    from gradmagic.source import Cell, compile_cell
+
+    info = info_of(op)
+    if info is not None and linecache.getlines(info.filename):
+        lines = linecache.getlines(info.filename)
+        cell = Cell(lines[0].rstrip("\n"), "".join(lines[1:]), info.filename)
+        code = compile_cell(cell, info.target).code
+        function = getattr(op, "_gradmagic_function", None)
+        namespace = function.__globals__ if function is not None else {}
+        return {
+            "kind": "cell",
+            "magic_line": cell.magic_line,
+            "body": cell.body,
+            "filename": info.filename,
+            "target": info.target,
+            "name": info.name,
+            "globals": _globals_of(code, namespace, _module_level_names(code)),
+        }
+    function = _raw_function(op)
+    try:
+        lines, first = inspect.getsourcelines(function)
+    except (OSError, TypeError) as error:
+        raise NotPortable(f"the source of `{_name(op)}` cannot be read ({error}), so it cannot be rebuilt there")
+    return {
+        "kind": "function",
+        "source": "\n" * (first - 1) + textwrap.dedent("".join(lines)),
+        "filename": function.__code__.co_filename,
+        "name": function.__name__,
+        "globals": _globals_of(function.__code__, function.__globals__, set(), closure=function),
+    }
+
+
+def _raw_function(op: Callable) -> types.FunctionType:
+    """The user's function behind an op decorated by gradmagic or by hand, else the op itself."""
+    seen = op
+    for attribute in ("_gradmagic_function", "__wrapped__", "forward_fn"):
+        inner = getattr(seen, attribute, None)
+        if isinstance(inner, types.FunctionType):
+            seen = inner
+    decorator = getattr(seen, "_tf_decorator", None)
+    if decorator is not None:
+        seen = decorator.decorated_target
+    if not isinstance(seen, types.FunctionType):
+        raise NotPortable(f"`{_name(op)}` is a {type(op).__name__}, not a function whose source can be sent")
+    return seen
+
+
+def _globals_of(
+    code: types.CodeType, namespace: dict, defined: set, closure: Callable | None = None, depth: int = 0
+) -> list[_Global]:
+    if closure is not None and closure.__closure__:
+        raise NotPortable(
+            f"`{closure.__name__}` is a nested function that closes over "
+            f"{', '.join(closure.__code__.co_freevars)}; define it at the top level of a cell to check it elsewhere"
+        )
+    found: list[_Global] = []
+    for name in sorted(_read_names(code) - defined):
+        if name not in namespace:
+            continue  # a builtin, or a name the code defines before use
+        found += _transferable(name, namespace[name], depth)
+    return found
+
+
+def _transferable(name: str, value: Any, depth: int) -> list[_Global]:
+    if isinstance(value, types.ModuleType):
+        return [_Global(name, "module", value.__name__)]
+    if isinstance(value, (bool, int, float, complex, str, bytes, type(None), np.ndarray, np.generic)):
+        return [_Global(name, "value", value)]
+    if _is_keras_variable(value):
+        return [_Global(name, "variable", (np.asarray(value.numpy()), getattr(value, "name", name), value.trainable))]
+    if hasattr(value, "__array__") and hasattr(value, "shape") and hasattr(value, "dtype"):
+        return [_Global(name, "value", _array(value))]
+    if isinstance(value, (tuple, list)) and all(np.isscalar(v) or isinstance(v, np.ndarray) for v in value):
+        return [_Global(name, "value", value)]
+    if isinstance(value, (types.FunctionType, type)) and value.__module__ not in ("__main__", None):
+        if not value.__module__.startswith("gradmagic") and "<locals>" not in value.__qualname__:
+            return [_Global(name, "import", (value.__module__, value.__qualname__))]
+    if isinstance(value, types.FunctionType) and depth < 8:
+        try:
+            lines, first = inspect.getsourcelines(value)
+        except (OSError, TypeError):
+            lines = None
+        if lines is not None:
+            inner = _globals_of(value.__code__, value.__globals__, set(), closure=value, depth=depth + 1)
+            source = "\n" * (first - 1) + textwrap.dedent("".join(lines))
+            return inner + [_Global(name, "function", (source, value.__code__.co_filename))]
+    raise NotPortable(
+        f"the op reads `{name}` (a {type(value).__name__}) from the notebook, which cannot be sent to another "
+        "process; compute it inside the op or pass it as an input"
+    )
+
+
+def _read_names(code: types.CodeType) -> set[str]:
+    """Global names the code (and the functions defined in it) read."""
+    names = set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            names.add(instruction.argval)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _read_names(constant)
+    return names
+
+
+def _module_level_names(code: types.CodeType) -> set[str]:
+    """Names a cell's module code binds itself (defs, imports, assignments): not taken from the notebook."""
+    return {i.argval for i in dis.get_instructions(code) if i.opname in ("STORE_NAME", "STORE_GLOBAL", "IMPORT_NAME")}
+
+
+def _is_keras_variable(value: Any) -> bool:
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(value, keras.Variable)
+
+
+def _array(value: Any) -> np.ndarray:
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def _to_arrays(structure: Any) -> Any:
+    """The example inputs with every tensor made a NumPy array (same dtype), containers kept."""
+    if isinstance(structure, dict):
+        return {key: _to_arrays(value) for key, value in structure.items()}
+    if isinstance(structure, (tuple, list)):
+        return type(structure)(_to_arrays(value) for value in structure)
+    if isinstance(structure, (bool, int, float, complex, str, type(None), np.ndarray, np.generic)):
+        return structure
+    if hasattr(structure, "__array__") and hasattr(structure, "dtype"):
+        return _array(structure)
+    raise NotPortable(f"an example input is a {type(structure).__name__}, which cannot be sent to another process")
+
+
+def _name(op: Any) -> str:
+    return getattr(op, "__name__", type(op).__name__)
+
+
+# -- the other process -------------------------------------------------------------------------------------------
+
+
+def _rebuild(recipe: dict) -> Callable:
+    """The op from its recipe, in this process's Keras backend; globals first, then the code under its filename."""
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    for item in recipe["globals"]:
+        namespace[item.name] = _rebuilt_global(item, namespace)
+    if recipe["kind"] == "cell":
+        from gradmagic.frameworks import get_adapter
+        from gradmagic.op import OpInfo, attach
+        from gradmagic.source import Cell, compile_cell, run_compiled_cell
+
+        cell = Cell(recipe["magic_line"], recipe["body"], recipe["filename"])
+        _register(recipe["filename"], cell.text)
+        compiled = compile_cell(cell, recipe["target"])
+        op = get_adapter("keras").decorate(run_compiled_cell(compiled, namespace))
+        attach(op, OpInfo(compiled.name, "keras", compiled.form, cell.filename, (), recipe["target"]))
+        return op
+    _register(recipe["filename"], recipe["source"])
+    exec(compile(recipe["source"], recipe["filename"], "exec"), namespace)  # noqa: S102 - the user's own op
+    return namespace[recipe["name"]]
+
+
+def _rebuilt_global(item: _Global, namespace: dict) -> Any:
+    if item.kind == "module":
+        return importlib.import_module(item.data)
+    if item.kind == "variable":
+        import keras
+
+        value, name, trainable = item.data
+        return keras.Variable(value, name=name.split("/")[-1].split(":")[0], trainable=trainable)
+    if item.kind == "import":
+        module, qualname = item.data
+        value: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+        return value
+    if item.kind == "function":
+        source, filename = item.data
+        _register(filename, source)
+        scope = namespace.copy()
+        exec(compile(source, filename, "exec"), scope)  # noqa: S102 - the user's own helper
+        return scope[item.name]
+    return item.data
+
+
+def _register(filename: str, text: str) -> None:
+    """Put the source in linecache so problems and tracebacks quote the user's lines."""
+    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+
+
+def _serve() -> None:
+    """Read a pickled request on stdin, check the op on this process's backend, print the report's data."""
+    from gradmagic.checking import check
+
+    request = pickle.loads(sys.stdin.buffer.read())  # noqa: S301 - written by gradmagic's parent process
+    try:
+        op = _rebuild(request["recipe"])
+    except Exception as error:  # the op's source or globals fail here: that backend is unavailable, said why
+        answer: dict = {"unavailable": f"the op could not be rebuilt there: {type(error).__name__}: {error}"}
+    else:
+        report = check(op, *request["args"], kwargs=request["kwargs"], framework="keras", **request["options"])
+        answer = {"report": report.to_dict()}
+    sys.stdout.flush()
+    sys.stdout.write(_RESULT_MARKER + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _serve()
