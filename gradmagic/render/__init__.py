@@ -4,7 +4,9 @@ from gradmagic.report import element_label
 
 #: A check running longer than this (seconds) shows a progress bar.
 PROGRESS_AFTER = 0.5
-VERDICT_WORDS = {"pass": "passes", "warn": "passes with warnings", "fail": "fails"}
+VERDICT_WORDS = {"pass": "passes", "warn": "passes with warnings", "fail": "fails", "unavailable": "not checked"}
+#: Keras backends as users name them.
+BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 #: Colours of verdicts and severities (GitHub's palette: readable on light and dark backgrounds).
 COLOURS = {
     "pass": "#1a7f37",
@@ -13,7 +15,36 @@ COLOURS = {
     "error": "#cf222e",
     "warning": "#9a6700",
     "info": "#0969da",
+    "unavailable": "#57606a",
 }
+
+
+def framework_label(op) -> str:
+    """`Keras 3 on JAX (keras 3.15.1, jax 0.10.2)` or `tensorflow 2.21.0`: what ran the op."""
+    if op.backend:
+        return f"Keras 3 on {BACKEND_NAMES.get(op.backend, op.backend)} ({op.framework_version})"
+    return f"{op.framework} {op.framework_version}"
+
+
+def backend_rows(report) -> list[tuple[str, str, str, str, str]]:
+    """The portability table: backend, verdict, version, problem codes (or why not checked), seconds."""
+    rows = []
+    for result in report.backends:
+        here = " (this kernel)" if result.backend == report.op.backend else ""
+        codes = ", ".join(dict.fromkeys(p.code for p in result.problems if p.severity != "info")) or (
+            result.note or "no problem"
+        )
+        seconds = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1e3:.0f} ms"
+        rows.append(
+            (
+                BACKEND_NAMES.get(result.backend, result.backend) + here,
+                result.verdict,
+                result.version or "",
+                codes if result.verdict != "unavailable" else result.note or "",
+                seconds,
+            )
+        )
+    return rows
 
 
 def where(location, op_filename: str | None = None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from gradmagic.render import COLOURS, VERDICT_WORDS, where
+from gradmagic.render import BACKEND_NAMES, COLOURS, VERDICT_WORDS, backend_rows, framework_label, where
 from gradmagic.render.graph import graph_summary
 from gradmagic.render.text import numerics_summary
 from gradmagic.report import Report, element_label
@@ -18,7 +18,7 @@ from gradmagic.report import Report, element_label
 MUTED = "color: #57606a"
 #: Problems whose messages the header shows; the rest are in the problems section.
 HEADLINED = 3
-TIMED_PHASES = ("structure", "tf_function", "graph", "numerics")
+TIMED_PHASES = ("structure", "tf_function", "graph", "numerics", "backends")
 
 
 def render_html(report: Report, images=None) -> str:
@@ -28,6 +28,7 @@ def render_html(report: Report, images=None) -> str:
     images = images or images_of(report)
     sections = [
         (f"Problems ({len(report.problems)})", problems_html(report), bool(report.problems)),
+        *([(f"Backends ({len(report.backends)})", backends_html(report), True)] if report.backends else []),
         ("Shapes", shapes_html(report), True),
         ("Finite differences", numerics_html(report) + image_html(images.jacobians, "Jacobian heatmaps"), True),
     ]
@@ -59,11 +60,22 @@ def header_html(report: Report, problems: bool = True) -> str:
     parts = [
         f'<div style="font-size: 14px"><b style="color: {COLOURS[verdict]}">{escape(VERDICT_WORDS[verdict].upper())}'
         f"</b> <code>{escape(op.name + op.signature)}</code></div>",
-        f'<div style="{MUTED}; font-size: 12px">{escape(op.framework)} {escape(op.framework_version)}, '
+        f'<div style="{MUTED}; font-size: 12px">{escape(framework_label(op))}, '
         f"{escape(op.mode)}; checked in {report.timings.get('total', 0) * 1e3:.0f} ms"
         + (f" ({escape(timings)})" if timings else "")
         + "</div>",
     ]
+    if report.backends:
+        marks = {"pass": "✓", "warn": "✓", "fail": "✗", "unavailable": "–"}
+        parts.append(
+            '<div style="font-size: 12px">backends: '
+            + " · ".join(
+                f'<b style="color: {COLOURS[result.verdict]}">'
+                f"{escape(BACKEND_NAMES.get(result.backend, result.backend))} {marks[result.verdict]}</b>"
+                for result in report.backends
+            )
+            + "</div>"
+        )
     if problems and report.problems:
         parts.append(_problem_list(report, report.problems[:HEADLINED]))
         if len(report.problems) > HEADLINED:
@@ -85,9 +97,24 @@ def _problem_list(report: Report, problems) -> str:
             f'<li><b style="color: {COLOURS[problem.severity]}">{escape(problem.severity)}</b> '
             f"<code>{escape(problem.code)}</code>"
             + (f' <span style="{MUTED}">({escape(place)})</span>' if place else "")
-            + f"<br>{escape(problem.message)}</li>"
+            + f'<br><span style="white-space: pre-wrap">{escape(problem.message)}</span></li>'
         )
     return f'<ul style="margin: 4px 0; padding-left: 20px">{"".join(items)}</ul>'
+
+
+def backends_html(report: Report) -> str:
+    """The portability check: the verdict on each Keras backend, each checked in its own process."""
+    rows = []
+    for name, verdict, version, detail, seconds in backend_rows(report):
+        rows.append(
+            f'<tr><td>{escape(name)}</td><td><b style="color: {COLOURS[verdict]}">{escape(VERDICT_WORDS[verdict])}</b>'
+            f"</td><td>{escape(detail)}</td><td>{escape(version)}</td><td align=right>{escape(seconds)}</td></tr>"
+        )
+    note = (
+        f'<div style="{MUTED}">The same op and inputs on each Keras backend, each in its own process '
+        "(KERAS_BACKEND is fixed when Keras is imported). Each failing backend's first error is in Problems.</div>"
+    )
+    return note + _table(("backend", "verdict", "problems", "versions", "time"), rows)
 
 
 def shapes_html(report: Report) -> str:

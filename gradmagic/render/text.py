@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gradmagic.render import VERDICT_WORDS, where
+from gradmagic.render import VERDICT_WORDS, backend_rows, framework_label, where
 from gradmagic.render.graph import graph_summary
 from gradmagic.report import Report
 
@@ -20,14 +20,15 @@ def render_text(report: Report) -> str:
     lines = [
         f"{op.name}{op.signature} {VERDICT_WORDS[report.verdict]} "
         f"({counts['error']} error{'s' * (counts['error'] != 1)}, {counts['warning']} warning"
-        f"{'s' * (counts['warning'] != 1)}) [{op.framework} {op.framework_version}, {op.mode}, "
+        f"{'s' * (counts['warning'] != 1)}) [{framework_label(op)}, {op.mode}, "
         f"{report.timings.get('total', 0) * 1e3:.0f} ms]"
     ]
     for problem in report.problems:
         place = where(problem.location, op.filename)
         head = f"  {problem.severity:<7} {problem.code}" + (f" ({place})" if place else "")
         lines.append(head)
-        lines += textwrap.wrap(problem.message, WIDTH, initial_indent="      ", subsequent_indent="      ")
+        for paragraph in problem.message.split("\n"):  # a message's code sample keeps its lines
+            lines += textwrap.wrap(paragraph, WIDTH, initial_indent="      ", subsequent_indent="      ") or [""]
     if report.tensors:
         lines.append("  shapes:")
         for row in report.tensors:
@@ -38,6 +39,12 @@ def render_text(report: Report) -> str:
                 else (f"   MISMATCH: expected {row.expected_dtype}{list(row.expected_shape)}")
             )
             lines.append(f"    {row.role:<17} {row.name:<20} {shape}{expected}")
+    if report.backends:
+        lines.append("  backends:")
+        for name, verdict, version, detail, seconds in backend_rows(report):
+            lines.append(
+                f"    {name:<26} {VERDICT_WORDS[verdict]:<22} {detail}" + (f"  [{seconds}]" if seconds else "")
+            )
     lines.append("  " + numerics_summary(report))
     if report.graph is not None:
         lines.append("  " + graph_summary(report.graph))

@@ -19,7 +19,15 @@ import ipywidgets as widgets
 
 from gradmagic.render import COLOURS, PROGRESS_AFTER
 from gradmagic.render.figures import images_of
-from gradmagic.render.html import graph_html, header_html, numerics_html, problems_html, shapes_html, sweep_html
+from gradmagic.render.html import (
+    backends_html,
+    graph_html,
+    header_html,
+    numerics_html,
+    problems_html,
+    shapes_html,
+    sweep_html,
+)
 from gradmagic.report import MIME_TYPE, Report
 
 TAB_TITLES = ("Problems", "Shapes", "Finite differences", "Sweep", "Graph")
@@ -114,7 +122,7 @@ class ReportWidget(widgets.VBox):
         self.report = report
         images = images_of(report)
         self.header.value = header_html(report)
-        self.problems.value = problems_html(report)
+        self.problems.value = (backends_html(report) if report.backends else "") + problems_html(report)
         self.shapes.value = shapes_html(report)
         self.numerics.value = numerics_html(report)
         self.sweep.value = (

@@ -18,9 +18,13 @@ import {
 } from './schema';
 
 export const VERDICT_WORDS = { pass: 'passes', warn: 'passes with warnings', fail: 'fails' } as const;
+const BACKEND_VERDICT_WORDS = { ...VERDICT_WORDS, unavailable: 'not checked' } as const;
+const BACKEND_MARKS = { pass: '✓', warn: '✓', fail: '✗', unavailable: '–' } as const;
+/** Keras backends as users name them. */
+export const BACKEND_NAMES: Record<string, string> = { tensorflow: 'TensorFlow', jax: 'JAX', torch: 'PyTorch' };
 /** Problems the header shows; the rest are in the problems section. */
 const HEADLINED = 3;
-const TIMED_PHASES = ['structure', 'tf_function', 'graph', 'numerics'];
+const TIMED_PHASES = ['structure', 'tf_function', 'graph', 'numerics', 'backends'];
 
 /** What to show: the whole report, or the graph alone (the widget's graph tab). */
 export type View = 'report' | 'graph';
@@ -79,16 +83,68 @@ function header(report: IReport, parent: Element): void {
   element(
     'div',
     'jp-gradmagic-muted',
-    `${report.op.framework} ${report.op.framework_version}, ${report.op.mode}; checked in ${total} ms` +
-      (timings ? ` (${timings})` : ''),
+    `${frameworkLabel(report)}, ${report.op.mode}; checked in ${total} ms` + (timings ? ` (${timings})` : ''),
     head
   );
+  const backends = report.backends ?? [];
+  if (backends.length) {
+    const line = element('div', 'jp-gradmagic-backend-line', 'backends: ', head);
+    backends.forEach((result, position) => {
+      if (position) {
+        line.append(' · ');
+      }
+      const name = BACKEND_NAMES[result.backend] ?? result.backend;
+      element('b', `jp-gradmagic-${result.verdict}`, `${name} ${BACKEND_MARKS[result.verdict]}`, line);
+    });
+  }
   if (report.problems.length) {
     problemList(report, report.problems.slice(0, HEADLINED), head);
     if (report.problems.length > HEADLINED) {
       element('div', 'jp-gradmagic-muted', `… and ${report.problems.length - HEADLINED} more (Problems).`, head);
     }
   }
+}
+
+/** `Keras 3 on JAX (keras 3.15.1, jax 0.10.2)` or `tensorflow 2.21.0`: what ran the op. */
+export function frameworkLabel(report: IReport): string {
+  const op = report.op;
+  if (op.backend) {
+    return `Keras 3 on ${BACKEND_NAMES[op.backend] ?? op.backend} (${op.framework_version})`;
+  }
+  return `${op.framework} ${op.framework_version}`;
+}
+
+/** The portability check: each Keras backend's verdict, problems (or why not checked) and time. */
+function backendTable(report: IReport, parent: Element): void {
+  const results = report.backends ?? [];
+  const body = section(parent, `Backends (${results.length})`, 'backends');
+  element(
+    'div',
+    'jp-gradmagic-muted',
+    'The same op and inputs on each Keras backend, each in its own process (KERAS_BACKEND is fixed when Keras ' +
+      "is imported). Each failing backend's first error is in Problems.",
+    body
+  );
+  const rows = results.map(result => {
+    const here = result.backend === report.op.backend ? ' (this kernel)' : '';
+    const codes = [...new Set(result.problems.filter(p => p.severity !== 'info').map(p => p.code))].join(', ');
+    const detail = result.verdict === 'unavailable' ? (result.note ?? '') : codes || 'no problem';
+    const seconds = result.seconds >= 1 ? `${result.seconds.toFixed(1)} s` : `${(result.seconds * 1e3).toFixed(0)} ms`;
+    const line = row(
+      [
+        (BACKEND_NAMES[result.backend] ?? result.backend) + here,
+        BACKEND_VERDICT_WORDS[result.verdict],
+        detail,
+        result.version ?? '',
+        seconds
+      ],
+      `jp-gradmagic-backend-${result.verdict}`
+    );
+    line.cells[1].className = `jp-gradmagic-${result.verdict}`;
+    line.dataset.backend = result.backend;
+    return line;
+  });
+  table(body, 'jp-gradmagic-backends', ['backend', 'verdict', 'problems', 'versions', 'time'], rows);
 }
 
 function problemList(report: IReport, problems: IReport['problems'], parent: Element): void {
@@ -228,6 +284,9 @@ export function reportView(report: IReport, view: View = 'report'): HTMLElement 
     return root;
   }
   header(report, root);
+  if (report.backends?.length) {
+    backendTable(report, root);
+  }
   if (report.problems.length) {
     problemList(report, report.problems, section(root, `Problems (${report.problems.length})`, 'all-problems'));
   }

@@ -107,6 +107,18 @@ export interface IOpDescription {
   origin: string;
   mode: string;
   filename: string | null;
+  /** Keras 3's backend ("tensorflow", "jax", "torch") for framework "keras"; absent before schema 1.3. */
+  backend?: string | null;
+}
+
+/** The op checked on one Keras backend, in its own process (the portability check, schema 1.3). */
+export interface IBackendResult {
+  backend: string;
+  verdict: Verdict | 'unavailable';
+  version: string | null;
+  problems: IProblem[];
+  seconds: number;
+  note: string | null;
 }
 
 export interface IReport {
@@ -122,6 +134,7 @@ export interface IReport {
   options: Record<string, unknown>;
   graph: IGraph | null;
   sweep: unknown;
+  backends?: IBackendResult[];
 }
 
 /**
