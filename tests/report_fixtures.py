@@ -3,8 +3,11 @@ and the browser benchmark: the Python side and the JupyterLab renderer read the 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tensorflow as tf
+from keras import ops
 
 import gradmagic
 from gradmagic.report import Report
@@ -20,6 +23,16 @@ def log1pexp(x):
         return upstream * (1 - 1 / (1 + e))
 
     return tf.math.log(1 + e), grad
+
+
+def keras_log1pexp(x):
+    """The seed's Keras log1pexp in its JAX-and-TensorFlow form: it passes there and fails on PyTorch."""
+    e = ops.exp(x)
+
+    def grad(upstream):
+        return ops.multiply(upstream, 1.0 - 1.0 / ops.add(1, e))
+
+    return ops.log(1 + e), grad
 
 
 def add_bias(x, b):
@@ -57,6 +70,7 @@ def graph_of_about(nodes: int) -> Report:
     return gradmagic.check(tf.custom_gradient(lambda x: chain(x, length)), tf.constant([0.3, 0.5]), numbers=False)
 
 
+@functools.cache  # the reports are immutable; the Keras one runs two subprocesses
 def reports() -> dict[str, Report]:
     bump = np.ones(5000, np.float32)
     bump[7] = 2.0
@@ -69,4 +83,7 @@ def reports() -> dict[str, Report]:
         ),
         "hostile": gradmagic.check(hostile_op(), tf.constant(1.0)),
         "big_graph": graph_of_about(200),
+        "keras_backends": gradmagic.check(
+            keras_log1pexp, np.array([-5.0, 0.0, 100.0]), framework="keras", backends="all"
+        ),
     }

@@ -43,7 +43,7 @@ def get_adapter(name: str) -> Adapter:
         module = importlib.import_module(known.module)
     except ModuleNotFoundError as error:
         missing = (error.name or "").split(".")[0]
-        if missing in _BACKEND_EXTRAS:  # Keras is there, its backend is not
+        if name == "keras" and missing in _BACKEND_EXTRAS:  # Keras is there, its backend is not
             raise FrameworkUnavailable(
                 f"Keras is set to run on {missing} (KERAS_BACKEND), which is not installed for this kernel's "
                 f"Python ({sys.executable}). Install it with\n"

@@ -144,7 +144,7 @@ function backendTable(report: IReport, parent: Element): void {
     line.dataset.backend = result.backend;
     return line;
   });
-  table(body, 'jp-gradmagic-backends', ['backend', 'verdict', 'problems', 'versions', 'time'], rows);
+  table(body, 'jp-gradmagic-backends-table', ['backend', 'verdict', 'problems', 'versions', 'time'], rows);
 }
 
 function problemList(report: IReport, problems: IReport['problems'], parent: Element): void {
