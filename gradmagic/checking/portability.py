@@ -385,6 +385,7 @@ def _register(filename: str, text: str) -> None:
 def _serve() -> None:
     """Read a pickled request on stdin, check the op on this process's backend, print the report's data."""
     from gradmagic.checking import check
+    from gradmagic.errors import GradmagicError
 
     request = pickle.loads(sys.stdin.buffer.read())  # noqa: S301 - written by gradmagic's parent process
     try:
@@ -392,8 +393,12 @@ def _serve() -> None:
     except Exception as error:  # the op's source or globals fail here: that backend is unavailable, said why
         answer: dict = {"unavailable": f"the op could not be rebuilt there: {type(error).__name__}: {error}"}
     else:
-        report = check(op, *request["args"], kwargs=request["kwargs"], framework="keras", **request["options"])
-        answer = {"report": report.to_dict()}
+        try:
+            report = check(op, *request["args"], kwargs=request["kwargs"], framework="keras", **request["options"])
+        except GradmagicError as error:  # gradmagic cannot check on this backend: say why
+            answer = {"unavailable": str(error)}
+        else:
+            answer = {"report": report.to_dict()}
     sys.stdout.flush()
     sys.stdout.write(_RESULT_MARKER + json.dumps(answer) + "\n")
     sys.stdout.flush()

@@ -59,6 +59,8 @@ def get_adapter(name: str) -> Adapter:
             f"(or 'gradmagic[{known.extra}-cpu]' for the CPU-only build, or keep a {known.display_name} "
             "you already have), then restart the kernel."
         ) from None
+    except FrameworkUnavailable:
+        raise
     except Exception as error:
         raise FrameworkUnavailable(
             f"{known.display_name} is installed but fails to import ({type(error).__name__}: {error}); "
