@@ -267,8 +267,6 @@ def check_structure(
 
 # What a list returned by the gradient function does on each Keras backend that needs a tuple.
 _LIST_FAILURES = {
-    "jax": "JAX's custom_vjp fails with 'Custom VJP bwd rule must produce an output with the same container "
-    "(pytree) structure as the args tuple of the primal function'",
     "torch": "Keras's torch.autograd.Function fails with 'TypeError: can only concatenate tuple (not \"list\") "
     "to tuple'",
 }
@@ -332,9 +330,9 @@ def _closed_over_variables(adapter: Adapter, target: Target, names: list[str], f
         )
     else:
         consequence = (
-            "jax.custom_gradient gives gradients for the op's explicit inputs only, so training "
-            f"{'them' if len(names) > 1 else 'it'} fails with JAX's 'Detected differentiation of a custom_vjp "
-            "function with respect to a closed-over value'"
+            "jax.custom_gradient gives gradients for the op's explicit inputs only, so differentiating "
+            f"{'them' if len(names) > 1 else 'it'} (as a Keras trainer does) fails with JAX's UnexpectedTracerError, "
+            "'Encountered an unexpected tracer'"
         )
     findings.add(
         "closed-over-variable",
