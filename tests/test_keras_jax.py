@@ -280,3 +280,10 @@ def test_redefined_ops_and_their_compiled_functions_are_freed():
         )
     )
     assert result == [True] * 4
+
+
+def test_second_order_finds_a_gradient_function_that_does_not_differentiate():
+    setup = "def square(x):\n    return x * x, lambda upstream: upstream * 2.0 * ops.stop_gradient(x)\n"
+    report = check_in_backend("jax", setup, "square, np.array([1.0, -2.0]), order=2")
+    found = problem(report, "second-order-mismatch")
+    assert found.location.input == "x" and "through the gradient function 0" in found.message

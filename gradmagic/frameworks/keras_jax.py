@@ -144,10 +144,10 @@ class KerasJaxAdapter:
         return np.asarray(value.value if isinstance(value, keras.Variable) else value)
 
     def run_recording_variables(self, call: Callable[[], Any], exclude: list) -> tuple[Any, list]:
-        """Run `call()` eagerly (with x64 when an input is 64-bit); the Keras variables it read, minus `exclude`.
+        """Run `call()` eagerly; return its result and the Keras variables it read, minus `exclude`.
 
-        With 64-bit inputs the gradient function returned with the outputs runs with x64 too, when the
-        checker calls it.
+        With float64 inputs (`exclude` holds the input leaves) it runs with x64, and so does the gradient
+        function it returns when the checker calls it.
         """
         wide = _needs_x64(*exclude)
         with _x64(wide), _VariableReads() as reads:
@@ -720,7 +720,7 @@ def _needs_x64(*values: Any) -> bool:
 
     64-bit integers are left to JAX: without x64 they are int32, as in the user's own runs.
     """
-    return any(getattr(value, "dtype", None) in _WIDE_DTYPES for value in values)
+    return any(getattr(value, "dtype", None) is not None and np.dtype(value.dtype) in _WIDE_DTYPES for value in values)
 
 
 def _x64(enabled: bool) -> contextlib.AbstractContextManager:
@@ -810,18 +810,29 @@ def _key(target: Target, layout: Layout, kind: str) -> tuple:
     """What a compiled function depends on besides the perturbable inputs' values."""
     leaves = []
     for k, leaf in enumerate(layout.inputs):
-        described = (tuple(leaf.shape), np.dtype(leaf.dtype).name)
-        if k not in layout.perturbable:  # a constant of the compiled function: its value matters
-            described += (hashlib.blake2b(np.ascontiguousarray(leaf).tobytes(), digest_size=16).hexdigest(),)
-        leaves.append(described)
+        # The other leaves are constants of the compiled function: their values matter.
+        leaves.append(_shape_and_dtype(leaf) if k in layout.perturbable else _value_key(leaf))
     return (
         kind,
         id(target.op),
         str(tree_util.tree_structure(layout.structure, is_leaf=_is_none)),
         tuple(leaves),
         layout.perturbable,
-        tuple(sorted((name, id(value)) for name, value in layout.kwargs.items())),
+        tuple(sorted((name, _value_key(value)) for name, value in layout.kwargs.items())),
     )
+
+
+def _value_key(value: Any) -> Any:
+    """A key standing for a constant's value: Python scalars and arrays by value, anything else by identity.
+
+    By value, the same keyword argument or integer input given again reuses the compiled functions.
+    """
+    if value is None or isinstance(value, (bool, int, float, complex, str)):
+        return (type(value).__name__, value)
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)):
+        array = np.ascontiguousarray(value)
+        return (array.shape, array.dtype.name, hashlib.blake2b(array.tobytes(), digest_size=16).hexdigest())
+    return ("id", id(value))
 
 
 ADAPTER = KerasJaxAdapter()
