@@ -177,11 +177,6 @@ def test_float64_inputs_stay_float64_and_the_users_x64_setting_is_untouched(user
     assert result["float64 NumPy becomes"] == ("float64" if user_x64 else "float32")
 
 
-@pytest.mark.xfail(
-    reason="checking/__init__._accepts calls the forward outside the adapter, where JAX without x64 computes "
-    "`1 + e` of a float64 `e` in float32, so float32 inputs keep float32 finite differences",
-    strict=False,
-)
 def test_float32_inputs_get_float64_finite_differences_without_x64():
     report = check_in_backend("jax", log1pexp_source("portable"), "log1pexp, np.array([-5.0, 0.0], np.float32)")
     assert report.ok, report
@@ -258,6 +253,20 @@ op = get_adapter("keras").decorate(rows)
     assert report.ok, report
     assert report.op.origin == "magic"
     assert [(row.name, row.shape) for row in report.tensors if row.role == "output"] == [("output", (2, 3))]
+
+
+def test_hand_decorated_op_given_a_keyword_is_told_that_jax_refuses_keywords():
+    setup = """
+@ops.custom_gradient
+def scaled(x, scale=1.0):
+    def grad(upstream):
+        return upstream * scale
+    return x * scale, grad
+"""
+    report = check_in_backend("jax", setup, "scaled, np.ones(3, np.float32), kwargs={'scale': 2.0}")
+    (found,) = [p for p in report.problems if p.code == "graph-mismatch"]
+    assert "refuses keyword arguments" in found.message and "functools.partial" in found.message, found.message
+    assert "Python values of tensors" not in found.message
 
 
 def test_redefined_ops_and_their_compiled_functions_are_freed():

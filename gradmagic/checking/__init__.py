@@ -262,6 +262,12 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
                 "tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
                 "make the op with %%custom_gradient, whose op accepts them."
             )
+        elif "positional-only arguments" in cause:  # JAX's custom_gradient (a custom_vjp) and a keyword argument
+            advice = (
+                f"{adapter.decorator} on JAX refuses keyword arguments: pass them by position, bind them with "
+                "functools.partial before decorating, or make the op with %%custom_gradient --keras, whose op "
+                "accepts them."
+            )
         findings.add(
             "graph-mismatch",
             "error",
@@ -391,8 +397,10 @@ def _float64_key(adapter: Adapter, layout: Layout) -> tuple:
 
 def _accepts(adapter: Adapter, target: Target, layout: Layout) -> bool:
     """Whether the forward runs on these inputs and keeps their precision."""
-    try:
-        outputs, _ = target.raw(*layout.structure, **layout.kwargs)
+    try:  # through the adapter, which runs it in the precision of the inputs (JAX: x64 for float64)
+        (outputs, _), _ = adapter.run_recording_variables(
+            lambda: target.raw(*layout.structure, **layout.kwargs), exclude=list(layout.inputs)
+        )
     except Exception:  # the forward mixes in float32 constants or variables: stay in its own precision
         return False
     return not any(
