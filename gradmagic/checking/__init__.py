@@ -262,9 +262,11 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
                 "tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
                 "make the op with %%custom_gradient, whose op accepts them."
             )
-        elif "positional-only arguments" in cause:  # JAX's custom_gradient (a custom_vjp) and a keyword argument
+        elif "positional-only arguments" in cause or "forward() got an unexpected keyword argument" in cause:
+            # JAX's custom_gradient (a custom_vjp) or Keras's torch.autograd.Function, given a keyword argument
             advice = (
-                f"{adapter.decorator} on JAX refuses keyword arguments: pass them by position, bind them with "
+                f"{adapter.decorator} on {findings.wording.framework.removeprefix('Keras on ')} refuses keyword "
+                "arguments: pass them by position, bind them with "
                 "functools.partial before decorating, or make the op with %%custom_gradient --keras, whose op "
                 "accepts them."
             )
@@ -396,17 +398,21 @@ def _float64_key(adapter: Adapter, layout: Layout) -> tuple:
 
 
 def _accepts(adapter: Adapter, target: Target, layout: Layout) -> bool:
-    """Whether the forward runs on these inputs and keeps their precision."""
+    """Whether the forward runs on these inputs and keeps their precision, outside and inside."""
+
+    def forward():
+        return target.raw(*layout.structure, **layout.kwargs)[0]
+
     try:  # through the adapter, which runs it in the precision of the inputs (JAX: x64 for float64)
-        (outputs, _), _ = adapter.run_recording_variables(
-            lambda: target.raw(*layout.structure, **layout.kwargs), exclude=list(layout.inputs)
-        )
+        outputs, _ = adapter.run_recording_variables(forward, exclude=list(layout.inputs))
+        if any(
+            (meta := adapter.meta(o)) is not None and meta.floating and meta.dtype != "float64"
+            for o in adapter.flatten(outputs)
+        ):
+            return False
+        return not adapter.narrows_float64(forward)
     except Exception:  # the forward mixes in float32 constants or variables: stay in its own precision
         return False
-    return not any(
-        (meta := adapter.meta(o)) is not None and meta.floating and meta.dtype != "float64"
-        for o in adapter.flatten(outputs)
-    )
 
 
 # Per raw function (dropped with it): input layouts whose float64 version the forward accepts.

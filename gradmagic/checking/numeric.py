@@ -205,7 +205,7 @@ def compare_second_order(
         + "; ".join(listing)
         + ". The gradient function is right at this point but its own ops do not "
         "differentiate to the second derivative: compute it from differentiable tensors (not constants or "
-        f"{findings.wording.stop_gradient}), or give it a custom gradient too.",
+        f"{findings.wording.stop_gradient}), or give it a custom gradient too." + findings.wording.second_order,
         input=name,
         index=index,
     )

@@ -230,7 +230,7 @@ def check_structure(
             "error",
             f"The gradient function returns a list of {len(returned)}; on Keras's "
             f"{backend_name(adapter.backend or '')} backend {adapter.decorator} needs a tuple "
-            f"({_LIST_FAILURES.get(adapter.backend or '', 'it fails when the gradient is taken')}). Return "
+            f"({_list_failure(adapter.backend or '', len(inputs.leaves))}). Return "
             f"`({', '.join('grad_' + _identifier(n) for n in inputs.names)}{',' if len(inputs.names) == 1 else ''})` "
             "or `tuple(grads)`: a tuple works on every backend.",
             line=_first_line(grad_fn),
@@ -265,11 +265,20 @@ def check_structure(
     return trial
 
 
-# What a list returned by the gradient function does on each Keras backend that needs a tuple.
-_LIST_FAILURES = {
-    "torch": "Keras's torch.autograd.Function fails with 'TypeError: can only concatenate tuple (not \"list\") "
-    "to tuple'",
-}
+def _list_failure(backend: str, inputs: int) -> str:
+    """What a list returned by the gradient function does on a Keras backend that needs a tuple (measured)."""
+    if backend != "torch":
+        return "it fails when the gradient is taken"
+    # Keras wraps what is not a tuple as one gradient: backward returns (None, [grads...]).
+    if inputs == 1:
+        error = "RuntimeError: expected Variable or None (got list)"
+    else:
+        error = (
+            "RuntimeError: function CustomGradientFunctionBackward returned an incorrect number of gradients "
+            f"(expected {inputs + 1}, got 2)"
+        )
+    return f"Keras's torch.autograd.Function takes the list for one gradient, and PyTorch fails with '{error}'"
+
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
 PORTABLE_FORM = """def grad(*args, upstream=None):

@@ -24,6 +24,8 @@ class Wording:
     where: str
     softplus: str
     stop_gradient: str
+    #: Why a gradient function may not differentiate on this backend, added to second-order mismatches.
+    second_order: str = ""
 
 
 def wording_for(adapter: Adapter) -> Wording:
@@ -55,7 +57,16 @@ def wording_for(adapter: Adapter) -> Wording:
         "ops.where",
         "ops.softplus",
         "ops.stop_gradient",
+        _SECOND_ORDER.get(adapter.backend, ""),
     )
+
+
+# keras/src/backend/torch/core.py: CustomGradientFunction.forward runs the forward under torch.no_grad.
+_SECOND_ORDER = {
+    "torch": " On Keras's PyTorch backend the forward runs under torch.no_grad, so the tensors the gradient function "
+    "closes over from the forward have no derivative: compute them in the gradient function from the op's inputs, "
+    "which it receives as its `*args`.",
+}
 
 
 def backend_name(backend: str) -> str:

@@ -186,6 +186,14 @@ class Adapter(Protocol):
     def run_recording_variables(self, call: Callable[[], Any], exclude: list) -> tuple[Any, list]:
         """Run `call()` eagerly; return its result and the variables it read (minus `exclude`)."""
 
+    def narrows_float64(self, call: Callable[[], Any]) -> bool:
+        """Whether `call()` (the forward on float64 inputs) computes some float64 value in a narrower dtype inside.
+
+        Keras on JAX and PyTorch does (`ops.sin` casts float64 to float32);
+        finite differences at float64 step sizes would then measure the
+        narrower rounding.
+        """
+
     def variable_name(self, variable: Any) -> str:
         """A readable name of a variable."""
 

@@ -35,6 +35,15 @@ from gradmagic.frameworks.base import (
     Target,
     TensorMeta,
 )
+from gradmagic.frameworks.keras_common import (
+    VariableReads,
+    cache_of,
+    closure,
+    initial_vector,
+    keyword_binding_op,
+    refuse_variables,
+    unless_all_nan,
+)
 
 #: What tracing the forward's own gradient raises when an op in it has no reverse-mode derivative
 #: (`lax.while_loop`, `jax.pure_callback`, a `custom_jvp` used in reverse mode, ...).
@@ -75,28 +84,8 @@ class KerasJaxAdapter:
     compiled = "jax.jit"
 
     def decorate(self, function: Callable) -> Callable:
-        """Decorate with `keras.ops.custom_gradient`; the op also takes keyword arguments, as constants.
-
-        JAX's `custom_gradient` refuses keyword arguments ("could not be
-        resolved to positional-only arguments"); this op binds them to the
-        function first, so they get no gradient, as with TensorFlow.
-        """
-        op = keras.ops.custom_gradient(function)
-
-        def custom_gradient_op(*args, **kwargs):
-            __tracebackhide__ = True
-            if kwargs:
-                with_keywords = functools.partial(function, **kwargs)
-                with_keywords.__name__ = getattr(function, "__name__", "op")
-                return keras.ops.custom_gradient(with_keywords)(*args)
-            return op(*args)
-
-        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
-            if hasattr(function, attribute):
-                setattr(custom_gradient_op, attribute, getattr(function, attribute))
-        custom_gradient_op.__signature__ = inspect.signature(function)
-        custom_gradient_op._gradmagic_function = function
-        return custom_gradient_op
+        """Decorate with `keras.ops.custom_gradient`; the op also takes keyword arguments, as constants."""
+        return keyword_binding_op(function)
 
     # -- checking ---------------------------------------------------------------
 
@@ -109,7 +98,7 @@ class KerasJaxAdapter:
             raw, origin = decorated, "decorated"
         else:
             raw, origin = op, "plain"
-            cache = _cache_of(raw)
+            cache = cache_of(raw)
             op = cache.get("decorated") or cache.setdefault("decorated", self.decorate(raw))
         try:
             signature = inspect.signature(raw)
@@ -150,12 +139,22 @@ class KerasJaxAdapter:
         function it returns when the checker calls it.
         """
         wide = _needs_x64(*exclude)
-        with _x64(wide), _VariableReads() as reads:
+        with _x64(wide), VariableReads() as reads:
             result = call()
         variables = [v for v in reads.variables if not any(v is other for other in exclude)]
         if wide and isinstance(result, (tuple, list)) and len(result) == 2 and callable(result[1]):
             result = type(result)([result[0], _WithX64(result[1])])
         return result, variables
+
+    def narrows_float64(self, call: Callable[[], Any]) -> bool:
+        """Whether an equation of `call`'s jaxpr (traced with x64) turns a float64 value into a narrower float."""
+        with _x64(True):
+            jaxpr = jax.make_jaxpr(call)()
+        return any(
+            any(_dtype_of(v) == np.float64 for v in equation.invars)
+            and any(_dtype_of(v) in _NARROW_FLOATS for v in equation.outvars)
+            for equation in jaxpr.jaxpr.eqns
+        )
 
     def variable_name(self, variable: Any) -> str:
         return str(getattr(variable, "path", None) or variable.name)
@@ -172,15 +171,11 @@ class KerasJaxAdapter:
         return float(jnp.finfo(dtype).eps)
 
     def initial_vector(self, layout: Layout) -> np.ndarray:
-        """z: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
-        parts = [np.ravel(self.to_numpy(layout.inputs[k])) for k in layout.perturbable]
-        parts += [np.ravel(self.to_numpy(v)) for v in layout.variables]
-        dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.float32
-        return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
+        return initial_vector(layout, self.to_numpy)
 
     def decorated_gradients(self, target: Target, layout: Layout, upstreams: list) -> tuple[list, list]:
         """Outputs and gradients of the op through `jax.vjp`, inside `jax.jit`."""
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
 
         def compute(perturbed, upstreams):
             outputs, pullback = jax.vjp(_of_perturbed(target.op, layout), *perturbed)
@@ -192,7 +187,7 @@ class KerasJaxAdapter:
         return [np.asarray(o) for o in outputs], [np.asarray(g) for g in gradients]
 
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
         with_differences = steps is not None
 
         def compute(perturbed, z, steps):
@@ -211,12 +206,12 @@ class KerasJaxAdapter:
             compiled = self._compiled(target, layout, f"full_jacobians/{with_differences}", compute)
             evaluations, custom, autodiff = compiled(_perturbed(layout), z, steps if with_differences else z)
         return FullJacobians(
-            np.asarray(evaluations) if with_differences else None, np.asarray(custom), _unless_all_nan(autodiff)
+            np.asarray(evaluations) if with_differences else None, np.asarray(custom), unless_all_nan(autodiff)
         )
 
     def second_order(self, target: Target, layout: Layout, steps: np.ndarray, upstream: np.ndarray) -> FullJacobians:
         """The custom VJP h(z) = J(z)^T u as a function of z: its central differences and autodiff Jacobian."""
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
 
         def compute(perturbed, z, steps, upstream):
             on_z = _on_z(layout, perturbed)
@@ -239,12 +234,12 @@ class KerasJaxAdapter:
 
         `arguments` gives (kind, label) for each input leaf, then each upstream gradient.
         """
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
         with _x64(_needs_x64(*layout.inputs, *upstreams)):
             return _GraphTracer(target, layout, upstreams, arguments).trace()
 
     def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
 
         def compute(perturbed, points):
             forward = _on_z(layout, perturbed)(_plain(target))
@@ -258,7 +253,7 @@ class KerasJaxAdapter:
     def sweep(
         self, target: Target, layout: Layout, points: np.ndarray, row: int, column: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
 
         def compute(perturbed, points, row, column):
             on_z = _on_z(layout, perturbed)
@@ -277,20 +272,20 @@ class KerasJaxAdapter:
         with _x64(_needs_x64(*layout.inputs, points)):
             compiled = self._compiled(target, layout, "sweep", compute)
             results = np.asarray(compiled(_perturbed(layout), _padded(points), row, column))[: len(points)]
-        return results[:, 0], results[:, 1], _unless_all_nan(results[:, 2])
+        return results[:, 0], results[:, 1], unless_all_nan(results[:, 2])
 
     def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
         with _x64(_needs_x64(*layout.inputs, upstream)):
             custom, autodiff = self._compiled(target, layout, "vjps", _custom_and_autodiff_vjps(target, layout))(
                 _perturbed(layout), upstream
             )
-        return np.asarray(custom), _unless_all_nan(autodiff)
+        return np.asarray(custom), unless_all_nan(autodiff)
 
     def prober(
         self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, signs: np.ndarray
     ) -> KerasJaxProber:
-        _refuse_variables(layout)
+        refuse_variables(layout, "JAX")
         return KerasJaxProber(self, target, layout, steps, outputs, seed, signs)
 
     def _compiled(self, target: Target, layout: Layout, kind: str, function: Callable) -> Callable:
@@ -301,7 +296,7 @@ class KerasJaxAdapter:
         run, so the op may use them as shapes.
         """
         key = _key(target, layout, kind)
-        per_function = _cache_of(target.raw)
+        per_function = cache_of(target.raw)
         if key not in per_function:
             per_function[key] = jax.jit(function)
         return per_function[key]
@@ -346,7 +341,7 @@ class KerasJaxProber:
 
     @functools.cached_property
     def autodiff(self) -> np.ndarray | None:
-        return _unless_all_nan(self._autodiff)
+        return unless_all_nan(self._autodiff)
 
     @functools.cached_property
     def upstream_vector(self) -> np.ndarray:
@@ -512,21 +507,6 @@ def _padded(rows: np.ndarray, fill: Any = None) -> np.ndarray:
     else:
         extra = np.full((size - count, *rows.shape[1:]), fill, rows.dtype)
     return np.concatenate([rows, extra])
-
-
-def _unless_all_nan(autodiff) -> np.ndarray | None:
-    """None when autodiff was unavailable (filled with NaN), else the array."""
-    autodiff = np.asarray(autodiff)
-    return None if autodiff.size and np.isnan(autodiff).all() else autodiff
-
-
-def _refuse_variables(layout: Layout) -> None:
-    # The structure checks stop at a closed-over variable on JAX (GradientConvention.variables == "closed-over").
-    if layout.variables:
-        raise NotImplementedError(
-            "On Keras's JAX backend keras.ops.custom_gradient gives no gradient for closed-over variables; "
-            "pass them as inputs to check them."
-        )
 
 
 # -- the gradient graph ----------------------------------------------------------------------------------------------
@@ -708,6 +688,17 @@ def _path_step(key: Any) -> Any:
     return str(key)
 
 
+_NARROW_FLOATS = {np.dtype("float32"), np.dtype("float16"), np.dtype(jnp.bfloat16)}
+
+
+def _dtype_of(atom: Any) -> np.dtype | None:
+    dtype = getattr(getattr(atom, "aval", None), "dtype", None)
+    try:
+        return np.dtype(dtype) if dtype is not None else None
+    except TypeError:  # extended dtypes (PRNG keys, float0)
+        return None
+
+
 def _is_floating(value: Any) -> bool:
     return bool(jnp.issubdtype(value.dtype, jnp.floating))
 
@@ -757,53 +748,13 @@ class _WithX64:
             return self.__wrapped__(*args, **kwargs)
 
 
-class _VariableReads(keras.StatelessScope):
-    """Notes each Keras variable whose value is read, which then reads as usual (its stored value)."""
-
-    def __init__(self):
-        super().__init__()
-        self.variables: list = []
-
-    def get_current_value(self, variable):
-        if not any(variable is seen for seen in self.variables):
-            self.variables.append(variable)
-        value = super().get_current_value(variable)
-        if value is None and self.original_scope is not None:
-            value = self.original_scope.get_current_value(variable)
-        return value
-
-
 def _decorated_function(op: Any) -> Callable | None:
     """The user's function inside `keras.ops.custom_gradient(f)` (or `jax.custom_gradient(f)`), else None."""
     if getattr(op, "__qualname__", "") == "custom_gradient.<locals>.fun_with_custom_gradient_wrapper":
-        op = _closure(op).get("fun_with_custom_gradient")
+        op = closure(op).get("fun_with_custom_gradient")
     if isinstance(op, jax.custom_vjp) and getattr(op.fun, "__qualname__", "") == "custom_gradient.<locals>.wrapped_fun":
-        return _closure(op.fun).get("fun")
+        return closure(op.fun).get("fun")
     return None
-
-
-def _closure(function: Any) -> dict:
-    code, cells = getattr(function, "__code__", None), getattr(function, "__closure__", None) or ()
-    return dict(zip(code.co_freevars, (cell.cell_contents for cell in cells))) if code else {}
-
-
-_CACHE = "__gradmagic_jax_cache__"
-
-
-def _cache_of(function: Callable) -> dict:
-    """What gradmagic keeps for a raw function (its compiled functions, its decorated op), stored on it.
-
-    Freed with the function when the notebook redefines it: the entries refer
-    back to the function, so a WeakKeyDictionary keyed by it would never let
-    it go. A callable without attributes gets a fresh cache each time.
-    """
-    cache = getattr(function, _CACHE, None)
-    if cache is None:
-        try:
-            cache = function.__dict__.setdefault(_CACHE, {})
-        except AttributeError:
-            return {}
-    return cache
 
 
 def _key(target: Target, layout: Layout, kind: str) -> tuple:

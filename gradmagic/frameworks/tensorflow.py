@@ -123,6 +123,10 @@ class TensorFlowAdapter:
             result = call()
         return result, [v for v in tape.watched_variables() if not any(v is other for other in exclude)]
 
+    def narrows_float64(self, call: Callable[[], Any]) -> bool:
+        # TensorFlow does not mix dtypes implicitly; an explicit tf.cast to float32 shows in the outputs.
+        return False
+
     def variable_name(self, variable: Any) -> str:
         return variable.name.removesuffix(":0")
 

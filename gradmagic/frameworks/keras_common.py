@@ -1,0 +1,106 @@
+"""What the adapters of Keras's JAX and PyTorch backends share. Importing this module imports Keras.
+
+(On the TensorFlow backend `keras.ops.custom_gradient` is `tf.custom_gradient`
+itself, and the TensorFlow adapter serves it.)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import keras
+import numpy as np
+
+from gradmagic.frameworks.base import Layout
+
+
+def keyword_binding_op(function: Callable) -> Callable:
+    """`keras.ops.custom_gradient(function)` as an op that also takes keyword arguments, as constants.
+
+    On JAX and PyTorch the decorated op refuses keyword arguments (JAX: "could
+    not be resolved to positional-only arguments"; PyTorch: "forward() got an
+    unexpected keyword argument"). This op binds them to the function first,
+    so they get no gradient, as with TensorFlow.
+    """
+    op = keras.ops.custom_gradient(function)
+
+    def custom_gradient_op(*args, **kwargs):
+        __tracebackhide__ = True
+        if kwargs:
+            with_keywords = functools.partial(function, **kwargs)
+            with_keywords.__name__ = getattr(function, "__name__", "op")
+            return keras.ops.custom_gradient(with_keywords)(*args)
+        return op(*args)
+
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        if hasattr(function, attribute):
+            setattr(custom_gradient_op, attribute, getattr(function, attribute))
+    custom_gradient_op.__signature__ = inspect.signature(function)
+    custom_gradient_op._gradmagic_function = function
+    return custom_gradient_op
+
+
+class VariableReads(keras.StatelessScope):
+    """Notes each Keras variable whose value is read, which then reads as usual (its stored value)."""
+
+    def __init__(self):
+        super().__init__()
+        self.variables: list = []
+
+    def get_current_value(self, variable):
+        if not any(variable is seen for seen in self.variables):
+            self.variables.append(variable)
+        value = super().get_current_value(variable)
+        if value is None and self.original_scope is not None:
+            value = self.original_scope.get_current_value(variable)
+        return value
+
+
+def refuse_variables(layout: Layout, backend: str) -> None:
+    """The structure checks stop at a closed-over variable on JAX and PyTorch (`GradientConvention.variables`)."""
+    if layout.variables:
+        raise NotImplementedError(
+            f"On Keras's {backend} backend keras.ops.custom_gradient gives no gradient for closed-over variables; "
+            "pass them as inputs to check them."
+        )
+
+
+def initial_vector(layout: Layout, to_numpy: Callable[[Any], np.ndarray]) -> np.ndarray:
+    """z: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
+    parts = [np.ravel(to_numpy(layout.inputs[k])) for k in layout.perturbable]
+    parts += [np.ravel(to_numpy(v)) for v in layout.variables]
+    dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.float32
+    return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
+
+
+def unless_all_nan(autodiff: Any) -> np.ndarray | None:
+    """None when autodiff was unavailable (filled with NaN), else the array."""
+    autodiff = np.asarray(autodiff)
+    return None if autodiff.size and np.isnan(autodiff).all() else autodiff
+
+
+def closure(function: Any) -> dict:
+    """The variables a function closes over, by name."""
+    code, cells = getattr(function, "__code__", None), getattr(function, "__closure__", None) or ()
+    return dict(zip(code.co_freevars, (cell.cell_contents for cell in cells))) if code else {}
+
+
+_CACHE = "__gradmagic_keras_cache__"
+
+
+def cache_of(function: Callable) -> dict:
+    """What gradmagic keeps for a raw function (its compiled functions, its decorated op), stored on it.
+
+    Freed with the function when the notebook redefines it: the entries refer
+    back to the function, so a WeakKeyDictionary keyed by it would never let
+    it go. A callable without attributes gets a fresh cache each time.
+    """
+    cache = getattr(function, _CACHE, None)
+    if cache is None:
+        try:
+            cache = function.__dict__.setdefault(_CACHE, {})
+        except AttributeError:
+            return {}
+    return cache
