@@ -65,8 +65,11 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
         ),
         ("import gradmagic", ["test_complex_op failed:", "complex_op(x, y) fails"]),
     ]
-    keras_cell = next(out for line, out in outputs if line.startswith("%%custom_gradient --keras"))
-    assert "keras_log1pexp(x) passes" in keras_cell and "Keras 3 on TensorFlow (keras " in keras_cell
+    keras_cells = [out for line, out in outputs if line.startswith("%%custom_gradient --keras --backends all")]
+    assert len(keras_cells) == 2
+    assert "keras_log1pexp(x) fails" in keras_cells[0] and "backend-signature" in keras_cells[0]
+    assert "PyTorch fails backend-signature" in keras_cells[0] and "JAX passes" in keras_cells[0]
+    assert "keras_log1pexp(x) passes" in keras_cells[1] and "PyTorch passes" in keras_cells[1]
     reports = [o for cell in code for o in cell.outputs if "text/html" in o.get("data", {})]
     assert len(reports) >= 9
     for output in reports:  # the widget, and what shows without a kernel

@@ -8,8 +8,6 @@ Importing this module imports Keras and its backend.
 
 from __future__ import annotations
 
-import importlib
-
 import keras
 
 from gradmagic.errors import FrameworkUnavailable
@@ -23,17 +21,14 @@ def _adapter_for(backend: str):
         from gradmagic.frameworks.tensorflow import KerasTensorFlowAdapter
 
         return KerasTensorFlowAdapter()
-    if backend in ("jax", "torch"):
-        module = f"gradmagic.frameworks.keras_{backend}"
-        try:
-            return importlib.import_module(module).ADAPTER
-        except ModuleNotFoundError as error:
-            if error.name != module:
-                raise
-            raise FrameworkUnavailable(
-                f"This version of gradmagic checks keras.ops.custom_gradient ops on Keras's TensorFlow backend "
-                f"only, not yet on {backend}: run Keras with KERAS_BACKEND=tensorflow."
-            ) from None
+    if backend == "jax":
+        from gradmagic.frameworks.keras_jax import ADAPTER as jax_adapter
+
+        return jax_adapter
+    if backend == "torch":
+        from gradmagic.frameworks.keras_torch import ADAPTER as torch_adapter
+
+        return torch_adapter
     raise FrameworkUnavailable(
         f"Keras runs on the {backend!r} backend here; gradmagic checks keras.ops.custom_gradient on "
         f"{', '.join(BACKENDS)}. Set KERAS_BACKEND to one of them before Keras is imported (then restart the kernel)."

@@ -37,17 +37,20 @@ test('a Keras report names its backend and shows the verdict on each backend', (
   expect(view.querySelector('.jp-gradmagic-header .jp-gradmagic-muted')!.textContent).toMatch(
     /^Keras 3 on TensorFlow \(keras [\d.]+, tensorflow [\d.]+\), eager; checked in/
   );
-  expect(view.querySelector('.jp-gradmagic-backend-line')!.textContent).toBe('backends: TensorFlow ✓ · JAX –');
+  expect(view.querySelector('.jp-gradmagic-backend-line')!.textContent).toBe(
+    'backends: TensorFlow ✓ · JAX ✓ · PyTorch ✗'
+  );
   const rows = Array.from(view.querySelectorAll('.jp-gradmagic-backends-table tbody tr')) as HTMLTableRowElement[];
-  expect(rows.map(row => row.dataset.backend)).toEqual(['tensorflow', 'jax']);
+  expect(rows.map(row => row.dataset.backend)).toEqual(['tensorflow', 'jax', 'torch']);
   const cells = rows.map(row => Array.from(row.cells).map(cell => cell.textContent));
   expect(cells[0].slice(0, 3)).toEqual(['TensorFlow (this kernel)', 'passes', 'no problem']);
-  expect(cells[0][3]).toMatch(/^keras [\d.]+, tensorflow /);
-  expect(cells[1].slice(0, 2)).toEqual(['JAX', 'not checked']);
-  expect(cells[1][2]).toContain('not yet on jax');
-  expect(rows[1].cells[1].className).toBe('jp-gradmagic-unavailable');
+  expect(cells[1].slice(0, 3)).toEqual(['JAX', 'passes', 'no problem']);
+  expect(cells[2].slice(0, 3)).toEqual(['PyTorch', 'fails', 'backend-signature']);
+  expect(cells[2][3]).toMatch(/^keras [\d.]+, torch /);
+  expect(rows[2].cells[1].className).toBe('jp-gradmagic-fail');
   const first = view.querySelector('.jp-gradmagic-all-problems .jp-gradmagic-problem')!;
-  expect(first.querySelector('.jp-gradmagic-code')!.textContent).toBe('backend-unavailable');
+  expect(first.querySelector('.jp-gradmagic-code')!.textContent).toBe('backend-fails');
+  expect(first.querySelector('.jp-gradmagic-message')!.textContent).toContain('def grad(*args, upstream=None):');
 });
 
 describe.each(names)('report %s', name => {
