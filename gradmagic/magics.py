@@ -26,7 +26,16 @@ from gradmagic.op import OpInfo, attach, info_of
 
 
 def _check_arguments(magic):
-    """--rtol, --atol, --eps, --order, --graph/--no-graph, --backends, shared by both magics (defaults: the traits)."""
+    """--rtol, --atol, --eps, --order, --graph/--no-graph, --backends, --surrogate, shared by both magics (defaults:
+    the traits)."""
+    magic = magic_arguments.argument(
+        "--surrogate",
+        action="store_true",
+        default=None,
+        help="The custom gradient is deliberately not the derivative (a straight-through estimator, gradient "
+        "clipping, reversal, a scaled or stopped gradient): show how it differs from the true derivative instead "
+        "of failing. Structure, shape and dtype problems still fail. Kept with the op for %%gradcheck.",
+    )(magic)
     magic = magic_arguments.argument(
         "--backends",
         default=None,
@@ -203,6 +212,11 @@ class GradientMagics(Magics):
         defined: the previous op and variables of the notebook stay exactly
         as they were.
 
+        --surrogate declares a custom gradient that is deliberately not the
+        derivative (a straight-through estimator, gradient clipping or
+        reversal): its difference from finite differences is then shown, not
+        failed. Without it, a mismatch that looks like such a pattern says so.
+
         --order 2 also checks the derivative of the custom gradient, for ops
         used under nested tapes (Hessians, gradient penalties). The report
         shows the gradient graph (forward, backward, and the tensors the
@@ -246,7 +260,15 @@ class GradientMagics(Magics):
                 op = adapter.decorate(function)
                 attach(
                     op,
-                    OpInfo(compiled.name, adapter.name, compiled.form, cell_source.filename, examples, options.target),
+                    OpInfo(
+                        compiled.name,
+                        adapter.name,
+                        compiled.form,
+                        cell_source.filename,
+                        examples,
+                        options.target,
+                        surrogate=bool(options.surrogate),
+                    ),
                 )
                 namespace[compiled.name] = op
                 arguments = None
@@ -292,6 +314,8 @@ class GradientMagics(Magics):
         options = self._parse(self.gradcheck, line)
         try:
             op, info, examples, arguments = self._op_and_arguments(options, "gradcheck")
+            if options.surrogate is None and info is not None and info.surrogate:
+                options.surrogate = True
             return self._check(op, examples, arguments, info.framework if info else self.framework, options)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
@@ -405,7 +429,13 @@ class GradientMagics(Magics):
             name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
             for name in ("rtol", "atol", "eps", "order", "graph")
         }
-        settings.update(full_threshold=self.full_threshold, probes=self.probes, seed=self.seed, sweep=self.sweep)
+        settings.update(
+            full_threshold=self.full_threshold,
+            probes=self.probes,
+            seed=self.seed,
+            sweep=self.sweep,
+            surrogate=bool(options.surrogate),
+        )
         if options.backends is not None:
             if framework != "keras":
                 raise GradmagicError(

@@ -20,6 +20,7 @@ class OpInfo:
     filename: str  # the cell's name in linecache
     example_inputs: tuple[ExampleInput, ...]  # from --check, reused by %gradcheck
     target: str | None = None  # the magic line's NAME or NAME(PARAMS), to compile the cell again elsewhere
+    surrogate: bool = False  # declared with --surrogate: the custom gradient is deliberately not the derivative
 
 
 def attach(op: Callable, info: OpInfo) -> None:

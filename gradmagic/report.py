@@ -18,7 +18,7 @@ from typing import Any
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -186,6 +186,20 @@ class Sweep:
 
 
 @dataclass(frozen=True)
+class Surrogate:
+    """A custom gradient that is deliberately not the derivative: declared by the user, or recognised.
+
+    Declared (`surrogate=True`), its difference from the true derivative is
+    reported as `surrogate-differs` (info) and does not fail the check.
+    Recognised only, the check fails with `fd-mismatch` and names the pattern.
+    """
+
+    declared: bool
+    pattern: str | None = None  # "straight-through estimator", "gradient clipping", "gradient reversal", ...
+    reason: str | None = None  # what in the measurements shows the pattern
+
+
+@dataclass(frozen=True)
 class OpDescription:
     """What was checked."""
 
@@ -204,7 +218,7 @@ class BackendResult:
     """The op checked on one Keras backend, in its own process (the portability check)."""
 
     backend: str  # "tensorflow" | "jax" | "torch"
-    verdict: str  # "pass" | "warn" | "fail" | "unavailable"
+    verdict: str  # "pass" | "warn" | "surrogate" | "fail" | "unavailable"
     version: str | None = None
     problems: tuple[Problem, ...] = ()
     seconds: float = 0.0
@@ -224,6 +238,7 @@ class Report:
     graph: Graph | None = None
     sweep: Sweep | None = None
     backends: tuple[BackendResult, ...] = ()
+    surrogate: Surrogate | None = None
 
     @property
     def ok(self) -> bool:
@@ -232,9 +247,12 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """ "fail" with an error, "warn" with a warning, else "pass"."""
+        """ "fail" with an error; "surrogate" when a declared surrogate gradient differs from the true derivative
+        (`surrogate-differs`); "warn" with a warning; else "pass"."""
         if not self.ok:
             return "fail"
+        if any(problem.code == "surrogate-differs" for problem in self.problems):
+            return "surrogate"
         return "warn" if any(problem.severity == "warning" for problem in self.problems) else "pass"
 
     def codes(self) -> list[str]:
@@ -300,6 +318,7 @@ class Report:
             backends=tuple(
                 BackendResult(**{**b, "problems": _problems(b["problems"])}) for b in data.get("backends", ())
             ),
+            surrogate=Surrogate(**data["surrogate"]) if data.get("surrogate") else None,
         )
 
 

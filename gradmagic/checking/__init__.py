@@ -17,14 +17,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradmagic.checking import numeric, portability, projection
+from gradmagic.checking import numeric, portability, projection, surrogate
 from gradmagic.checking.graph import build_graph
 from gradmagic.checking.structure import CheckInputs, Findings, check_structure, name_inputs
 from gradmagic.checking.sweep import sweep_along
 from gradmagic.checking.wording import wording_for
 from gradmagic.frameworks import get_adapter
 from gradmagic.frameworks.base import Adapter, Layout, Target
-from gradmagic.report import Graph, Numerics, OpDescription, Report, Sweep
+from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class CheckOptions:
     sweep_range: tuple[float, float] | None = None  # the swept element's range; None: around the example
     sweep_points: int = 201
     backends: tuple[str, ...] = ()  # Keras ops: also check on these backends ("all" or names), each in a subprocess
+    surrogate: bool = False  # the custom gradient is deliberately not the derivative: a mismatch informs, not fails
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backends", portability.parse_backends(self.backends))
@@ -128,7 +129,9 @@ def check(
                 step(0.45, "finite differences")
                 mark = time.perf_counter()
                 try:
-                    numerics, sweep = _compare_numbers(adapter, target, layout, inputs, trial, settings, findings, step)
+                    numerics, sweep = _compare_numbers(
+                        adapter, target, layout, inputs, trial, settings, findings, step, surrogate.forward_ops(graph)
+                    )
                 except Exception as error:  # the op failing at perturbed inputs, or inside a compiled function
                     findings.add(
                         "fd-error",
@@ -148,6 +151,7 @@ def check(
         dataclasses.asdict(settings),
         graph,
         sweep,
+        surrogate=findings.surrogate or (Surrogate(declared=True) if settings.surrogate else None),
     )
     if settings.backends:
         step(0.9, "other backends")
@@ -313,8 +317,9 @@ def _compare_numbers(
     settings: CheckOptions,
     findings: Findings,
     step: Callable[[float, str], None],
+    forward_ops: frozenset[str] | None,
 ) -> tuple[Numerics, Sweep | None]:
-    """The finite-difference comparison, and the sweep (full mode)."""
+    """The finite-difference comparison, and the sweep (full mode); `forward_ops` for the surrogate patterns."""
     if not layout.perturbable and not layout.variables:
         return Numerics(mode="skipped", skipped_because="no floating input or variable to perturb"), None
     if not any(meta.floating for meta in trial.output_metas):
@@ -340,8 +345,12 @@ def _compare_numbers(
 
     def compare(precise: Layout) -> Numerics:
         if elements > settings.full_threshold:
-            return projection.compare_projected(adapter, target, precise, layout, columns, rows, settings, findings)
-        numerics = numeric.compare_full(adapter, target, precise, layout, columns, rows, settings, findings)
+            return projection.compare_projected(
+                adapter, target, precise, layout, columns, rows, settings, findings, forward_ops
+            )
+        numerics = numeric.compare_full(
+            adapter, target, precise, layout, columns, rows, settings, findings, forward_ops
+        )
         if settings.order == 2:
             step(0.7, "second order")
             numeric.compare_second_order(adapter, target, precise, columns, rows, settings, findings)

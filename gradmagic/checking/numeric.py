@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradmagic.checking import surrogate
 from gradmagic.checking.structure import LISTED, Findings
 from gradmagic.frameworks.base import Adapter, Layout, Target
 from gradmagic.report import ElementComparison, JacobianBlock, Numerics, element_label
@@ -91,8 +92,10 @@ def compare_full(
     rows: Axis,
     options,
     findings: Findings,
+    forward_ops: frozenset[str] | None = None,
 ) -> Numerics:
-    """Full-Jacobian comparison; records fd-mismatch, nondifferentiable-point and autodiff-* problems."""
+    """Full-Jacobian comparison; records fd-mismatch (or surrogate-*), nondifferentiable-point and autodiff-*
+    problems. `forward_ops`: the forward's traced op names, evidence of an intended surrogate."""
     z = adapter.initial_vector(layout)
     dtype = str(z.dtype)
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
@@ -130,7 +133,25 @@ def compare_full(
     autodiff_original = at_original.autodiff
     if kinks.any():
         _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings)
-    _report_mismatch(mismatched, ranked, error, custom, numerical, columns, rows, findings)
+    if mismatched.any():
+        _report_mismatch(
+            mismatched,
+            ranked,
+            error,
+            custom,
+            numerical,
+            jacobians.autodiff,
+            tolerance,
+            judged,
+            columns,
+            rows,
+            options,
+            findings,
+            forward_ops,
+            vjp=lambda upstream: adapter.vjps(target, layout, upstream)[0],
+        )
+    elif options.surrogate:
+        surrogate.report_declared_match(findings)
     _report_autodiff(
         at_original.custom,
         autodiff_original,
@@ -313,26 +334,50 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
 
 
 def _report_mismatch(
-    mismatched, ranked, error, custom, numerical, columns: Axis, rows: Axis, findings: Findings
+    mismatched,
+    ranked,
+    error,
+    custom,
+    numerical,
+    autodiff,
+    tolerance,
+    judged,
+    columns: Axis,
+    rows: Axis,
+    options,
+    findings: Findings,
+    forward_ops,
+    vjp,
 ) -> None:
+    """fd-mismatch, or surrogate-differs for a declared surrogate (see checking/surrogate.py)."""
     count = int(mismatched.sum())
-    if not count:
-        return
+    label = "surrogate" if options.surrogate else "custom"
     listing, (row, column) = _listing(
         ranked,
         mismatched,
         columns,
         rows,
-        lambda row, column: f"custom {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}",
+        lambda row, column: f"{label} {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}",
     )
     input_name, index = columns.label(int(column))
     output_name, output_index = rows.label(int(row))
-    message = (
-        f"The custom gradient disagrees with finite differences at {count} of {error.size} Jacobian "
-        f"element{'s' if error.size > 1 else ''}. " + "; ".join(listing) + "." + _pattern(mismatched, custom, numerical)
-    )
-    findings.add(
-        "fd-mismatch", "error", message, input=input_name, index=index, output=output_name, output_index=output_index
+    square = len(columns.names) == 1 and len(rows.names) == 1 and columns.shapes == rows.shapes
+    with np.errstate(all="ignore"):
+        largest = float(np.nanmax(np.abs(custom - numerical)[mismatched]))
+    where = f"at {count} of {error.size} Jacobian element{'s' if error.size > 1 else ''}"
+    surrogate.report_mismatch(
+        findings,
+        options.surrogate,
+        surrogate.full_evidence(custom, numerical, tolerance, judged, square, vjp, options.seed, forward_ops),
+        where + (f", by up to {largest:.3g}" if options.surrogate else ""),
+        "; ".join(listing),
+        dict(input=input_name, index=index, output=output_name, output_index=output_index),
+        _pattern(mismatched, custom, numerical),
+        surrogate.autodiff_note(
+            autodiff, custom, numerical, mismatched, tolerance, findings.wording.autodiff, forward_ops
+        )
+        if options.surrogate
+        else "",
     )
 
 

@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 
+from gradmagic.checking import surrogate
 from gradmagic.checking.numeric import Axis, steps_for, tolerances
 from gradmagic.checking.structure import LISTED, Findings
 from gradmagic.frameworks.base import Adapter, Layout, Target
@@ -41,6 +42,8 @@ NOISE_MARGIN = 30.0
 EPSILON_FLOOR = 1e3
 #: Directions measured at a second step size too, for the truncation error.
 RICHARDSON = 1
+#: A noise floor above this leaves finite differences unable to judge (a discontinuous forward): a warning.
+UNJUDGEABLE_NOISE = 1e-2
 #: Located elements reported at most.
 LOCATED = 8
 #: Blocks when the error is spread over many elements.
@@ -58,7 +61,10 @@ def compare_projected(
     rows: Axis,
     options,
     findings: Findings,
+    forward_ops: frozenset[str] | None = None,
 ) -> Numerics:
+    """Projection-mode comparison; records fd-mismatch (or surrogate-*) and autodiff-nonfinite problems.
+    `forward_ops`: the forward's traced op names, evidence of an intended surrogate."""
     z = adapter.initial_vector(layout)
     dtype = str(z.dtype)
     epsilon = float(np.finfo(z.dtype).eps)
@@ -88,6 +94,16 @@ def compare_projected(
         typical_noise = relative_truncation + 1.5 * measured.rounding_rms[:probes] / scale
         error = np.abs(differences - predicted) / scale
     noise_floor = float(np.nanmax(noise))
+    if noise_floor > UNJUDGEABLE_NOISE:
+        findings.add(
+            "fd-noisy",
+            "warning",
+            f"Finite differences along random directions are too noisy to judge the custom gradient here "
+            f"(measured relative noise {noise_floor:.3g}): the forward is probably discontinuous (round, sign, a "
+            "step), with elements within a finite-difference step of a jump. Check it at fewer elements (up to "
+            f"full_threshold = {options.full_threshold}), where each element is judged on its own and jumps are "
+            "recognised.",
+        )
     threshold = NOISE_MARGIN * noise_floor + EPSILON_FLOOR * epsilon
     failing = ~(error <= threshold)
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
@@ -105,21 +121,27 @@ def compare_projected(
             columns,
         )
         located, spread = locator.run()
-        findings.add(
-            "fd-mismatch",
-            "error",
-            _mismatch_message(
-                int(failing.sum()),
-                probes,
-                float(np.nanmax(error)),
-                noise_floor,
-                located,
-                spread,
-                predicted,
-                differences,
-            ),
-            **({"input": located[0].input, "index": located[0].index} if located else {}),
+        _report_mismatch(
+            adapter,
+            target,
+            layout,
+            prober,
+            columns,
+            rows,
+            options,
+            findings,
+            forward_ops,
+            failing,
+            float(np.nanmax(error)),
+            noise_floor,
+            located,
+            spread,
+            predicted,
+            differences,
+            true_zero=bool(np.all(np.abs(differences) <= threshold * measured.magnitude[:probes])),
         )
+    elif options.surrogate and noise_floor <= UNJUDGEABLE_NOISE:
+        surrogate.report_declared_match(findings)
     _report_autodiff(adapter, target, original, layout, prober, columns, findings)
     return Numerics(
         mode="projection",
@@ -244,33 +266,88 @@ class _Locator:
         )
 
 
-def _mismatch_message(
-    failing: int, probes: int, error: float, noise: float, located, spread, predicted, differences
-) -> str:
-    message = (
-        f"The custom gradient disagrees with finite differences along {failing} of {probes} random directions "
-        f"(relative error {error:.3g}, measured noise floor {noise:.3g})."
+def _report_mismatch(
+    adapter,
+    target,
+    layout,
+    prober,
+    columns: Axis,
+    rows: Axis,
+    options,
+    findings: Findings,
+    forward_ops,
+    failing,
+    error: float,
+    noise: float,
+    located,
+    spread,
+    predicted,
+    differences,
+    true_zero: bool,
+) -> None:
+    """fd-mismatch, or surrogate-differs for a declared surrogate (see checking/surrogate.py)."""
+    label = "surrogate" if options.surrogate else "custom"
+    where = (
+        f"along {int(failing.sum())} of {failing.size} random directions (relative error {error:.3g}, measured "
+        f"noise floor {noise:.3g})"
     )
+    listing = []
     if located:
         listed = "; ".join(
-            f"{element_label(e.input, e.index)}: custom {e.custom:.6g}, finite differences {e.numerical:.6g}"
+            f"{element_label(e.input, e.index)}: {label} {e.custom:.6g}, finite differences {e.numerical:.6g}"
             for e in located[:LISTED]
         )
-        message += (
-            f" Wrong element{'s' if len(located) > 1 else ''}, as components of the vector-Jacobian product "
-            f"for a random upstream gradient: {listed}."
+        what = "Differing" if options.surrogate else "Wrong"
+        listing.append(
+            f"{what} element{'s' if len(located) > 1 else ''}, as components of the vector-Jacobian product "
+            f"for a random upstream gradient: {listed}"
         )
     if spread:
-        message += f" The error is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}."
-        with np.errstate(all="ignore"):
-            ratios = predicted / differences
-        ratio = float(np.median(ratios))
-        if np.all(np.isfinite(ratios)) and np.allclose(ratios, ratio, rtol=1e-4):
-            message += (
-                f" Along every direction the custom gradient is {ratio:.6g} times the finite differences: "
-                "a constant factor is off" + (" (a flipped sign)." if np.isclose(ratio, -1) else ".")
-            )
-    return message
+        what = "difference" if options.surrogate else "error"
+        listing.append(f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}")
+    mistake_hint = ""
+    with np.errstate(all="ignore"):
+        ratios = predicted / differences
+    ratio = float(np.median(ratios))
+    if spread and np.all(np.isfinite(ratios)) and np.allclose(ratios, ratio, rtol=1e-4):
+        mistake_hint = (
+            f" Along every direction the custom gradient is {ratio:.6g} times the finite differences: "
+            "a constant factor is off" + (" (a flipped sign)." if np.isclose(ratio, -1) else ".")
+        )
+    square = len(columns.names) == 1 and len(rows.names) == 1 and columns.shapes == rows.shapes
+    upstream = prober.upstream_vector
+    evidence = surrogate.projected_evidence(
+        prober.custom,
+        upstream.astype(prober.custom.dtype),
+        square,
+        lambda scaled: adapter.vjps(target, layout, scaled.astype(upstream.dtype))[0],
+        true_zero,
+        forward_ops,
+    )
+    note = ""
+    if options.surrogate:
+        rtol, atol = tolerances(str(prober.custom.dtype), options.rtol, options.atol)
+        if located:
+            values = np.array([[e.custom, e.numerical, np.nan if e.autodiff is None else e.autodiff] for e in located])
+            custom, numerical, autodiff = values.T
+        else:
+            custom, autodiff = prober.custom, prober.autodiff
+            numerical = np.full_like(custom, np.nan)
+        autodiff = None if prober.autodiff is None else autodiff
+        tolerance = atol + rtol * np.abs(custom)
+        note = surrogate.autodiff_note(
+            autodiff, custom, numerical, np.ones(custom.shape, bool), tolerance, findings.wording.autodiff, forward_ops
+        )
+    surrogate.report_mismatch(
+        findings,
+        options.surrogate,
+        evidence,
+        where,
+        ". ".join(listing) if listing else "No single element carries the difference",
+        {"input": located[0].input, "index": located[0].index} if located else {},
+        mistake_hint,
+        note,
+    )
 
 
 def _report_autodiff(adapter, target, original, layout, prober, columns, findings) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from gradmagic.checking.wording import Wording, backend_name
 from gradmagic.frameworks.base import Adapter, Target, TensorMeta
-from gradmagic.report import Location, Problem, TensorRow
+from gradmagic.report import Location, Problem, Surrogate, TensorRow
 
 #: How many element indices a message lists.
 LISTED = 5
@@ -59,6 +59,7 @@ class Findings:
     source: str | None = None  # how the user names the op's source: "Cell In[3]" or a file path
     problems: list[Problem] = field(default_factory=list)
     rows: list[TensorRow] = field(default_factory=list)
+    surrogate: Surrogate | None = None  # a declared or recognised surrogate gradient (see checking/surrogate.py)
 
     def add(self, code: str, severity: str, message: str, **location: Any) -> None:
         if location.get("line") is not None:

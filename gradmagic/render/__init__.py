@@ -4,13 +4,20 @@ from gradmagic.report import element_label
 
 #: A check running longer than this (seconds) shows a progress bar.
 PROGRESS_AFTER = 0.5
-VERDICT_WORDS = {"pass": "passes", "warn": "passes with warnings", "fail": "fails", "unavailable": "not checked"}
+VERDICT_WORDS = {
+    "pass": "passes",
+    "warn": "passes with warnings",
+    "surrogate": "surrogate gradient (declared)",
+    "fail": "fails",
+    "unavailable": "not checked",
+}
 #: Keras backends as users name them.
 BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 #: Colours of verdicts and severities (GitHub's palette: readable on light and dark backgrounds).
 COLOURS = {
     "pass": "#1a7f37",
     "warn": "#9a6700",
+    "surrogate": "#8250df",
     "fail": "#cf222e",
     "error": "#cf222e",
     "warning": "#9a6700",
@@ -45,6 +52,21 @@ def backend_rows(report) -> list[tuple[str, str, str, str, str]]:
             )
         )
     return rows
+
+
+def surrogate_line(report) -> str | None:
+    """What the report says of a surrogate gradient: declared (and its pattern), or recognised in a failure."""
+    surrogate = report.surrogate
+    if surrogate is None:
+        return None
+    if surrogate.declared:
+        if surrogate.pattern is None:
+            return "Declared surrogate gradient: its difference from the true derivative informs, it does not fail."
+        return f"Declared surrogate gradient, a {surrogate.pattern}: {surrogate.reason}."
+    return (
+        f"Looks like an intended surrogate ({surrogate.pattern}): {surrogate.reason}. "
+        "Declare it with --surrogate if so."
+    )
 
 
 def where(location, op_filename: str | None = None) -> str:

@@ -155,19 +155,30 @@ def _flat(index, shape) -> int | None:
     return int(np.ravel_multi_index(index, shape))
 
 
-def sweep_figure(sweep: Sweep, height: float = 4.2):
-    """The output (top) and its derivative three ways (bottom) along the swept element."""
+def sweep_figure(sweep: Sweep, height: float = 4.2, surrogate: bool = False):
+    """The output (top) and its derivative three ways (bottom) along the swept element; with `surrogate`, the
+    custom gradient is labelled as the surrogate and finite differences as the true derivative."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(7.5, height))
     top = figure.add_axes((0.1, 0.62, 0.87, 0.31))
     bottom = figure.add_axes((0.1, 0.11, 0.87, 0.47), sharex=top)
     top.tick_params(labelbottom=False)
-    _sweep_axes(top, bottom, sweep)
+    _sweep_axes(top, bottom, sweep, surrogate)
     return figure
 
 
-def _sweep_axes(top, bottom, sweep: Sweep) -> None:
+def jumps(points: np.ndarray, values: np.ndarray, numerical: np.ndarray) -> np.ndarray:
+    """Where a central difference straddles a jump of the forward (round, sign): it is the jump over 2h there,
+    orders of magnitude above the slope between neighbouring sweep points, and off any useful scale."""
+    if points.size < 3:
+        return np.zeros(points.size, bool)
+    with np.errstate(all="ignore"):
+        secant = np.abs(np.gradient(values, points))
+        return np.isfinite(numerical) & np.isfinite(secant) & (np.abs(numerical) > 10 * secant + 1e-12)
+
+
+def _sweep_axes(top, bottom, sweep: Sweep, surrogate: bool = False) -> None:
     points = np.array(sweep.points, dtype=float)
     series = {
         key: None if values is None else np.array([np.nan if v is None else v for v in values], dtype=float)
@@ -188,8 +199,24 @@ def _sweep_axes(top, bottom, sweep: Sweep) -> None:
             fontsize=9,
         )
         _shade_nonfinite(top, points, series["values"], "output not finite")
-    bottom.plot(points, series["numerical"], color=NUMERICAL, linewidth=3.5, alpha=0.45, label="finite differences")
-    bottom.plot(points, series["custom"], color=CUSTOM, linewidth=1.4, label="custom gradient")
+    numerical = series["numerical"]
+    off_scale = jumps(points, series["values"], numerical)
+    numerical_label = "true derivative (finite differences)" if surrogate else "finite differences"
+    bottom.plot(
+        points,
+        np.where(off_scale, np.nan, numerical),
+        color=NUMERICAL,
+        linewidth=3.5,
+        alpha=0.45,
+        label=numerical_label,
+    )
+    bottom.plot(
+        points,
+        series["custom"],
+        color=CUSTOM,
+        linewidth=1.4,
+        label="surrogate (custom gradient)" if surrogate else "custom gradient",
+    )
     if series["autodiff"] is not None:
         bottom.plot(points, series["autodiff"], color=AUTODIFF, linewidth=1.2, linestyle="--", label="autodiff")
         _shade_nonfinite(bottom, points, series["autodiff"], "autodiff not finite")
@@ -217,6 +244,18 @@ def _sweep_axes(top, bottom, sweep: Sweep) -> None:
     )
     if sweep.kinks:
         bottom.plot([], [], color=MISMATCH, linestyle="--", linewidth=1.0, label="not differentiable")
+    if off_scale.any():
+        # Marked on the top edge: drawn to scale, they would flatten every other curve to a line.
+        bottom.plot(
+            points[off_scale],
+            np.ones(int(off_scale.sum())),
+            "^",
+            color=NUMERICAL,
+            markersize=5,
+            transform=bottom.get_xaxis_transform(),
+            clip_on=False,
+            label=f"{'true derivative' if surrogate else 'finite differences'} at a jump (off scale)",
+        )
     bottom.legend(fontsize=7, loc="upper left", framealpha=0.8)
 
 
@@ -313,7 +352,10 @@ class ReportImages:
 
     @property
     def sweep(self) -> bytes | None:
-        return self._get("sweep", lambda r: png(sweep_figure(r.sweep)) if r.sweep is not None else None)
+        return self._get(
+            "sweep",
+            lambda r: png(sweep_figure(r.sweep, surrogate=r.verdict == "surrogate")) if r.sweep is not None else None,
+        )
 
     @property
     def summary(self) -> bytes:

@@ -10,7 +10,15 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from gradmagic.render import BACKEND_NAMES, COLOURS, VERDICT_WORDS, backend_rows, framework_label, where
+from gradmagic.render import (
+    BACKEND_NAMES,
+    COLOURS,
+    VERDICT_WORDS,
+    backend_rows,
+    framework_label,
+    surrogate_line,
+    where,
+)
 from gradmagic.render.graph import graph_summary
 from gradmagic.render.text import numerics_summary
 from gradmagic.report import Report, element_label
@@ -65,8 +73,11 @@ def header_html(report: Report, problems: bool = True) -> str:
         + (f" ({escape(timings)})" if timings else "")
         + "</div>",
     ]
+    surrogate = surrogate_line(report)
+    if surrogate:
+        parts.append(f'<div style="font-size: 12px; color: {COLOURS["surrogate"]}">{escape(surrogate)}</div>')
     if report.backends:
-        marks = {"pass": "✓", "warn": "✓", "fail": "✗", "unavailable": "–"}
+        marks = {"pass": "✓", "warn": "✓", "surrogate": "✓", "fail": "✗", "unavailable": "–"}
         parts.append(
             '<div style="font-size: 12px">backends: '
             + " · ".join(

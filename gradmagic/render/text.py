@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gradmagic.render import VERDICT_WORDS, backend_rows, framework_label, where
+from gradmagic.render import VERDICT_WORDS, backend_rows, framework_label, surrogate_line, where
 from gradmagic.render.graph import graph_summary
 from gradmagic.report import Report
 
@@ -23,6 +23,9 @@ def render_text(report: Report) -> str:
         f"{'s' * (counts['warning'] != 1)}) [{framework_label(op)}, {op.mode}, "
         f"{report.timings.get('total', 0) * 1e3:.0f} ms]"
     ]
+    surrogate = surrogate_line(report)
+    if surrogate:
+        lines += textwrap.wrap(surrogate, WIDTH, initial_indent="  ", subsequent_indent="  ")
     for problem in report.problems:
         place = where(problem.location, op.filename)
         head = f"  {problem.severity:<7} {problem.code}" + (f" ({place})" if place else "")

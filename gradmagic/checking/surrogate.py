@@ -1,0 +1,319 @@
+"""Intended surrogate gradients: told apart from mistakes, and explained.
+
+Many custom gradients are deliberately not the derivative of their forward:
+a straight-through estimator passes the upstream gradient through `round`
+or `sign`, gradient clipping bounds it, gradient reversal flips it, a scaled
+or stopped gradient multiplies it by a constant. For these a
+finite-difference mismatch is the point.
+
+Declared (`surrogate=True`, `%%custom_gradient --surrogate`), the mismatch
+becomes `surrogate-differs` (info): where and by how much the surrogate
+differs from the true derivative (finite differences) and from autodiff.
+Undeclared, an `fd-mismatch` whose evidence fits a known pattern names it
+and says to declare it. The evidence is read from what the check measured
+anyway (the dense Jacobians, or the projections), the forward's traced ops,
+and one more vector-Jacobian product that tells whether the custom gradient
+is linear in the upstream gradient, as every true derivative is.
+
+Recognising errs on the side of a bug: a constant factor within
+`NEAR_ONE` of the true derivative (`1.001 * upstream`) or a forward that is
+a scaled identity (`3 * x` with a gradient of `upstream`) is a mistake, and
+the report keeps the plain `fd-mismatch` with its own hint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from gradmagic.checking.structure import Findings
+from gradmagic.report import Graph, Surrogate
+
+#: A constant factor closer than this to the true derivative's is a mistake (a typo), not an intended scaling.
+NEAR_ONE = 0.1
+#: Relative tolerance of the structural tests on Jacobians (a multiple of the identity, linearity in the upstream).
+STRUCTURE_RTOL = 1e-6
+
+# The forward's ops that make a surrogate likely, by normalised op name (TensorFlow, JAX, PyTorch spellings).
+_PIECEWISE_CONSTANT = {"round": "round", "rint": "round", "sign": "sign", "floor": "floor", "ceil": "ceil"}
+_CLIPS = {"clipbyvalue", "clip", "clamp", "clip_by_value", "hardtanh"}
+#: tf.clip_by_value traces as a Minimum and a Maximum.
+_CLIP_PAIR = frozenset({"minimum", "maximum"})
+_STOPS = {"stopgradient", "stop_gradient", "detach"}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the check measured that tells an intended surrogate from a mistake."""
+
+    #: Normalised names of the forward's traced ops ("round", "clipbyvalue", ...); None without a graph.
+    forward_ops: frozenset[str] | None
+    #: The true derivative (finite differences) at every compared element: "zero", "identity", "scaled-identity"
+    #: (k times the identity, k != 1), or None (anything else, or not known).
+    true_derivative: str | None
+    #: c when the custom gradient is c times the upstream gradient (one input, one output of the same shape).
+    custom_factor: float | None
+    #: Whether the custom gradient is linear in the upstream gradient; None when not measured.
+    upstream_linear: bool | None
+    #: Where the custom gradient differs, the true derivative is zero (flat parts of the forward) everywhere.
+    differs_only_where_flat: bool = False
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A recognised surrogate: its usual name and what in the evidence shows it."""
+
+    name: str
+    reason: str
+
+    @property
+    def phrase(self) -> str:
+        """The name in a sentence: "a straight-through estimator", "gradient clipping"."""
+        return self.name if self.name.startswith("gradient") else f"a {self.name}"
+
+
+def forward_ops(graph: Graph | None) -> frozenset[str] | None:
+    """The forward's op names from the traced gradient graph, lower case, without PyTorch's `aten.` and overload."""
+    if graph is None:
+        return None
+    names = set()
+    for node in graph.nodes:
+        if node.role == "forward" and node.op:
+            name = node.op.lower().removeprefix("aten.")
+            names.add(name.split(".")[0])
+    return frozenset(names)
+
+
+def recognise(evidence: Evidence) -> Pattern | None:
+    """The surrogate pattern the evidence fits, or None when it looks like a mistake."""
+    ops = evidence.forward_ops or frozenset()
+    piecewise_constant = sorted({_PIECEWISE_CONSTANT[op] for op in ops if op in _PIECEWISE_CONSTANT})
+    # Flat everywhere it was compared: a quantiser when the graph shows one (or a cast through integers), or
+    # when there is no graph to ask; a flat stretch of another op (ReLU below zero) is no evidence.
+    flat_forward = bool(piecewise_constant) or (
+        evidence.true_derivative == "zero" and (evidence.forward_ops is None or "cast" in ops)
+    )
+    clips = bool(ops & _CLIPS) or _CLIP_PAIR <= ops
+    factor = evidence.custom_factor
+    # A traced forward without a single computing op passes its input through: its derivative is the identity.
+    true_derivative = evidence.true_derivative or ("identity" if evidence.forward_ops == frozenset() else None)
+    if evidence.upstream_linear is False:
+        return Pattern(
+            "gradient clipping",
+            "the custom gradient is not linear in the upstream gradient, as every derivative is: it clips or "
+            "rescales the upstream gradient by its size (TensorFlow's own clip_gradients example does this with "
+            "tf.clip_by_norm)",
+        )
+    if flat_forward and factor != 0:
+        forward = f"`{'`, `'.join(piecewise_constant)}`" if piecewise_constant else "the forward"
+        return Pattern(
+            "straight-through estimator",
+            f"{forward} is piecewise constant, so its true derivative is zero almost everywhere, and the custom "
+            "gradient passes the upstream gradient through instead",
+        )
+    if clips and evidence.differs_only_where_flat:
+        return Pattern(
+            "straight-through estimator",
+            "the forward clips its input and the custom gradient passes the upstream gradient through where the "
+            "clipped forward is flat",
+        )
+    if factor is not None and true_derivative == "identity":
+        return _scaled_identity(factor)
+    if factor is not None and true_derivative is None and ops and not ops & _STOPS:
+        # A non-linear forward whose custom gradient ignores it: the upstream times a constant.
+        if factor == 1:
+            return Pattern(
+                "straight-through estimator",
+                "the custom gradient is the upstream gradient itself, whatever the forward computes",
+            )
+        return _scaled_identity(factor)
+    if ops & _STOPS:
+        return Pattern(
+            "stop_gradient-like forward",
+            "the forward uses stop_gradient, so it is built to differentiate as something other than what it computes",
+        )
+    return None
+
+
+def _scaled_identity(factor: float) -> Pattern | None:
+    if abs(factor) <= STRUCTURE_RTOL:
+        return Pattern("stopped gradient", "the custom gradient is zero: no gradient flows back through the op")
+    if factor < 0:
+        name = "gradient reversal" if np.isclose(factor, -1) else "scaled gradient reversal"
+        return Pattern(name, f"the custom gradient is {factor:.6g} times the upstream gradient")
+    if abs(factor - 1) < NEAR_ONE:
+        return None
+    return Pattern("scaled gradient", f"the custom gradient is {factor:.6g} times the upstream gradient")
+
+
+def full_evidence(
+    custom: np.ndarray,
+    numerical: np.ndarray,
+    tolerance: np.ndarray,
+    judged: np.ndarray,
+    square: bool,
+    vjp: Callable[[np.ndarray], np.ndarray],
+    seed: int,
+    ops: frozenset[str] | None,
+) -> Evidence:
+    """Evidence from dense Jacobians ([outputs, inputs]); `square`: one input and one output of the same shape.
+
+    `vjp(u)` is the custom vector-Jacobian product for upstream `u`; one
+    call compares it with the Jacobian's rows combined linearly.
+    """
+    compared = judged & np.isfinite(numerical)
+    true_derivative = None
+    if compared.any():
+        if np.all(np.abs(numerical[compared]) <= tolerance[compared]):
+            true_derivative = "zero"
+        elif square:
+            scale = _identity_factor(numerical, compared, tolerance)
+            if scale is not None:
+                true_derivative = "identity" if np.isclose(scale, 1, rtol=1e-3) else "scaled-identity"
+    factor = _identity_factor(custom, np.isfinite(custom), None) if square else None
+    upstream = np.random.default_rng(seed + 1).standard_normal(custom.shape[0]).astype(custom.dtype)
+    upstream_linear = _close(vjp(upstream), custom.T @ upstream)
+    with np.errstate(all="ignore"):
+        differs = compared & (np.abs(custom - numerical) > tolerance)
+    flat = bool(differs.any()) and bool(np.all(np.abs(numerical[differs]) <= tolerance[differs]))
+    return Evidence(ops, true_derivative, factor, upstream_linear, flat)
+
+
+def projected_evidence(
+    custom_vjp: np.ndarray,
+    upstream: np.ndarray,
+    square: bool,
+    vjp: Callable[[np.ndarray], np.ndarray],
+    true_zero: bool,
+    ops: frozenset[str] | None,
+) -> Evidence:
+    """Evidence in projection mode: `custom_vjp` = J^T `upstream`, measured; `true_zero`: every probe's finite
+    difference is within its noise while the custom gradient predicts more."""
+    factor = None
+    if square and custom_vjp.shape == upstream.shape:
+        candidate = float(custom_vjp @ upstream / (upstream @ upstream))
+        factor = _rounded(candidate) if _close(custom_vjp, candidate * upstream) else None
+    upstream_linear = _close(vjp(3 * upstream), 3 * custom_vjp)
+    return Evidence(ops, "zero" if true_zero else None, factor, upstream_linear)
+
+
+def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarray | None) -> float | None:
+    """c when `matrix` is c times the identity at the entries `where` (within `tolerance`, or tightly), else None."""
+    if matrix.shape[0] != matrix.shape[1] or not where.any():
+        return None
+    diagonal = np.diagonal(matrix)[np.diagonal(where)]
+    if not diagonal.size:
+        return None
+    factor = float(np.median(diagonal))
+    expected = factor * np.eye(matrix.shape[0], dtype=matrix.dtype)
+    with np.errstate(all="ignore"):
+        allowed = (
+            tolerance[where]
+            if tolerance is not None
+            else STRUCTURE_RTOL * max(abs(factor), 1e-30) + np.finfo(matrix.dtype).eps
+        )
+        fits = np.all(np.abs(matrix[where] - expected[where]) <= allowed)
+    return _rounded(factor) if fits else None
+
+
+def _rounded(factor: float) -> float:
+    """A factor as the user wrote it: -1, not -0.99999994 (float32 rounding)."""
+    return float(f"{factor:.6g}") if factor else 0.0
+
+
+def _close(value: np.ndarray, expected: np.ndarray) -> bool:
+    scale = max(float(np.max(np.abs(expected), initial=0)), float(np.max(np.abs(value), initial=0)), 1e-30)
+    precision = max(float(np.finfo(value.dtype).eps), float(np.finfo(expected.dtype).eps)) ** 0.5
+    return bool(np.all(np.abs(value - expected) <= precision * scale))
+
+
+def report_mismatch(
+    findings: Findings,
+    declared: bool,
+    evidence: Evidence,
+    where: str,
+    listing: str,
+    location: dict,
+    mistake_hint: str,
+    autodiff_note: str,
+) -> None:
+    """Record a finite-difference mismatch: `surrogate-differs` when declared, else `fd-mismatch` (with the
+    pattern it resembles, if any, in place of `mistake_hint`).
+
+    `where`: "at 3 of 25 Jacobian elements"-like; `listing`: the worst elements, custom against finite
+    differences; `autodiff_note`: what autodiff of the forward gives there (declared only).
+    """
+    pattern = recognise(evidence)
+    if declared:
+        named = f" ({pattern.name})" if pattern else ""
+        findings.surrogate = Surrogate(True, pattern.name if pattern else None, pattern.reason if pattern else None)
+        findings.add(
+            "surrogate-differs",
+            "info",
+            f"Declared surrogate gradient{named}: it differs from the true derivative (finite differences) {where}, "
+            f"as intended. {listing}.{autodiff_note}",
+            **location,
+        )
+        return
+    hint = mistake_hint
+    if pattern is not None:
+        findings.surrogate = Surrogate(False, pattern.name, pattern.reason)
+        hint = (
+            f" This looks like {pattern.phrase}: {pattern.reason}. If the difference is intended, declare it with "
+            "%%custom_gradient --surrogate (or surrogate=True): the report then shows how the surrogate differs "
+            "instead of failing."
+        )
+    findings.add(
+        "fd-mismatch",
+        "error",
+        f"The custom gradient disagrees with finite differences {where}. {listing}.{hint}",
+        **location,
+    )
+
+
+def report_declared_match(findings: Findings) -> None:
+    """A declared surrogate that equals the true derivative at the example: say so, the verdict stays a pass."""
+    findings.surrogate = Surrogate(True, None, None)
+    findings.add(
+        "surrogate-matches",
+        "info",
+        "Declared a surrogate gradient, but the custom gradient matches the true derivative (finite differences) "
+        "at these inputs: check it where the surrogate is meant to differ (e.g. away from the identity region), "
+        "or drop --surrogate so that a mismatch fails the check.",
+    )
+
+
+def autodiff_note(
+    autodiff: np.ndarray | None,
+    custom: np.ndarray,
+    numerical: np.ndarray,
+    differs: np.ndarray,
+    tolerance: np.ndarray | float,
+    autodiff_name: str,
+    ops: frozenset[str] | None,
+) -> str:
+    """One sentence on autodiff of the forward where the surrogate differs (values at those elements)."""
+    if autodiff is None:
+        return f" {autodiff_name} gives no gradient through this forward."
+    tolerance = np.broadcast_to(tolerance, custom.shape)[differs]
+    values, surrogate_values, true_values = autodiff[differs], custom[differs], numerical[differs]
+    with np.errstate(all="ignore"):
+        if np.all(np.abs(values) <= tolerance):
+            flat = sorted({_PIECEWISE_CONSTANT[op] for op in (ops or ()) if op in _PIECEWISE_CONSTANT})
+            because = f": `{'`, `'.join(flat)}` has derivative zero almost everywhere" if flat else " at these elements"
+            return (
+                f" {autodiff_name} of the forward is zero there{because}, so without the custom gradient no "
+                "gradient would flow back through the op."
+            )
+        if np.all(np.abs(values - true_values) <= tolerance):
+            return f" {autodiff_name} of the forward agrees with the true derivative there."
+        if np.all(np.abs(values - surrogate_values) <= tolerance):
+            return f" {autodiff_name} of the forward gives the surrogate's values there."
+    return f" {autodiff_name} of the forward gives {_few(values)} there."
+
+
+def _few(values: np.ndarray) -> str:
+    shown = ", ".join(f"{v:.6g}" for v in values[:3])
+    return shown + (", ..." if values.size > 3 else "")
