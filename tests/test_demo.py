@@ -64,6 +64,18 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
             ["softplus_one_wrong(x) fails", "fd-mismatch (x[123457])"],
         ),
         ("import gradmagic", ["test_complex_op failed:", "complex_op(x, y) fails"]),
+        (
+            "%%custom_gradient --surrogate --check x=tf.constant([-1.7, -0.3, 0.2, 0.6, 1.4])",
+            ["quantise(x) surrogate gradient (declared)", "surrogate-differs", "(straight-through estimator)"],
+        ),
+        (
+            "%%custom_gradient --surrogate --check y=tf.constant([3., -4.])",
+            ["clip_gradients(y) surrogate gradient (declared)", "(gradient clipping)"],
+        ),
+        (
+            "%%custom_gradient --check x=tf.constant([0.5, -2.0, 3.0])",
+            ["reverse_gradient(x) fails", "This looks like gradient reversal", "--surrogate"],
+        ),
     ]
     keras_cells = [out for line, out in outputs if line.startswith("%%custom_gradient --keras --backends all")]
     assert len(keras_cells) == 2
@@ -71,7 +83,7 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
     assert "PyTorch fails backend-signature" in keras_cells[0] and "JAX passes" in keras_cells[0]
     assert "keras_log1pexp(x) passes" in keras_cells[1] and "PyTorch passes" in keras_cells[1]
     reports = [o for cell in code for o in cell.outputs if "text/html" in o.get("data", {})]
-    assert len(reports) >= 9
+    assert len(reports) >= 12
     for output in reports:  # the widget, and what shows without a kernel
         assert {"application/vnd.jupyter.widget-view+json", "image/png", "text/plain"} <= set(output["data"])
         assert "<script" not in output["data"]["text/html"].lower()

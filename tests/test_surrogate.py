@@ -249,7 +249,7 @@ def test_renderers_name_a_declared_surrogate():
     report = gradmagic.check(tf.custom_gradient(straight_through_round), POINTS, surrogate=True)
     text = render_text(report)
     assert text.splitlines()[0].startswith("straight_through_round(x) surrogate gradient (declared)")
-    assert "Declared surrogate gradient, a straight-through estimator" in text
+    assert "Declared surrogate gradient (straight-through estimator):" in text
     html = render_html(report)
     assert "SURROGATE GRADIENT (DECLARED)" in html and "#8250df" in html
     data = report.to_dict()
@@ -268,7 +268,7 @@ def test_the_widget_reads_surrogate_gradient_declared():
     widget = gradmagic.widget(report)
     try:
         assert "SURROGATE GRADIENT (DECLARED)" in widget.header.value
-        assert "Declared surrogate gradient, a straight-through estimator" in widget.header.value
+        assert "Declared surrogate gradient (straight-through estimator):" in widget.header.value
     finally:
         widget.close()
 
@@ -317,3 +317,30 @@ def flip(x):
     assert "flip" in nb.ns, "the op is bound even though its check fails"
     nb.ok("declared = %gradcheck flip --surrogate")
     assert nb.ns["declared"].verdict == "surrogate"
+
+
+def test_a_gradient_not_linear_in_the_upstream_is_a_bug_not_clipping():
+    def squared_upstream(x):
+        # Squares the upstream gradient (and doubles): unit upstream vectors alone would see only the factor 2.
+        return tf.sin(x), lambda upstream: 2 * upstream * upstream * tf.cos(x)
+
+    report = gradmagic.check(tf.custom_gradient(squared_upstream), POINTS)
+    found = problem(report, "fd-mismatch")
+    assert report.surrogate is None and "--surrogate" not in found.message
+    assert "not linear in the upstream gradient, as every derivative is" in found.message
+
+
+def test_an_upstream_term_left_unmultiplied_is_a_bug_not_clipping():
+    def affine(x):
+        return tf.sin(x), lambda upstream: upstream * tf.cos(x) + 0.1  # the 0.1 should be multiplied by upstream
+
+    report = gradmagic.check(tf.custom_gradient(affine), POINTS)
+    assert report.surrogate is None
+    assert "not linear in the upstream gradient" in problem(report, "fd-mismatch").message
+
+
+def test_clipping_is_recognised_whatever_the_size_of_the_upstream():
+    # Two elements: a random upstream gradient may be shorter than the 0.5 clip norm, where clipping does nothing.
+    for seed in range(4):
+        report = gradmagic.check(tf.custom_gradient(clip_gradients), tf.constant([3.0, -4.0]), seed=seed)
+        assert report.surrogate.pattern == "gradient clipping", seed

@@ -12,8 +12,9 @@ differs from the true derivative (finite differences) and from autodiff.
 Undeclared, an `fd-mismatch` whose evidence fits a known pattern names it
 and says to declare it. The evidence is read from what the check measured
 anyway (the dense Jacobians, or the projections), the forward's traced ops,
-and one more vector-Jacobian product that tells whether the custom gradient
-is linear in the upstream gradient, as every true derivative is.
+and three more vector-Jacobian products that tell whether the custom gradient
+is linear in the upstream gradient, as every true derivative is (clipping
+saturates; anything else non-linear is a mistake).
 
 Recognising errs on the side of a bug: a constant factor within
 `NEAR_ONE` of the true derivative (`1.001 * upstream`) or a forward that is
@@ -55,8 +56,9 @@ class Evidence:
     true_derivative: str | None
     #: c when the custom gradient is c times the upstream gradient (one input, one output of the same shape).
     custom_factor: float | None
-    #: Whether the custom gradient is linear in the upstream gradient; None when not measured.
-    upstream_linear: bool | None
+    #: How the custom gradient responds to the upstream gradient: "linear" (as every derivative), "bounded" (not
+    #: linear, and smaller than linear: clipped or normalised), "nonlinear" (otherwise); None when not measured.
+    upstream_response: str | None
     #: Where the custom gradient differs, the true derivative is zero (flat parts of the forward) everywhere.
     differs_only_where_flat: bool = False
 
@@ -99,7 +101,7 @@ def recognise(evidence: Evidence) -> Pattern | None:
     factor = evidence.custom_factor
     # A traced forward without a single computing op passes its input through: its derivative is the identity.
     true_derivative = evidence.true_derivative or ("identity" if evidence.forward_ops == frozenset() else None)
-    if evidence.upstream_linear is False:
+    if evidence.upstream_response == "bounded":
         return Pattern(
             "gradient clipping",
             "the custom gradient is not linear in the upstream gradient, as every derivative is: it clips or "
@@ -160,8 +162,8 @@ def full_evidence(
 ) -> Evidence:
     """Evidence from dense Jacobians ([outputs, inputs]); `square`: one input and one output of the same shape.
 
-    `vjp(u)` is the custom vector-Jacobian product for upstream `u`; one
-    call compares it with the Jacobian's rows combined linearly.
+    `vjp(u)` is the custom vector-Jacobian product for upstream `u`, called
+    at three scales of one random `u` (see `_response`).
     """
     compared = judged & np.isfinite(numerical)
     true_derivative = None
@@ -174,11 +176,11 @@ def full_evidence(
                 true_derivative = "identity" if np.isclose(scale, 1, rtol=1e-3) else "scaled-identity"
     factor = _identity_factor(custom, np.isfinite(custom), None) if square else None
     upstream = np.random.default_rng(seed + 1).standard_normal(custom.shape[0]).astype(custom.dtype)
-    upstream_linear = _close(vjp(upstream), custom.T @ upstream)
+    response = _response(vjp, upstream)
     with np.errstate(all="ignore"):
         differs = compared & (np.abs(custom - numerical) > tolerance)
     flat = bool(differs.any()) and bool(np.all(np.abs(numerical[differs]) <= tolerance[differs]))
-    return Evidence(ops, true_derivative, factor, upstream_linear, flat)
+    return Evidence(ops, true_derivative, factor, response, flat)
 
 
 def projected_evidence(
@@ -195,8 +197,7 @@ def projected_evidence(
     if square and custom_vjp.shape == upstream.shape:
         candidate = float(custom_vjp @ upstream / (upstream @ upstream))
         factor = _rounded(candidate) if _close(custom_vjp, candidate * upstream) else None
-    upstream_linear = _close(vjp(3 * upstream), 3 * custom_vjp)
-    return Evidence(ops, "zero" if true_zero else None, factor, upstream_linear)
+    return Evidence(ops, "zero" if true_zero else None, factor, _response(vjp, upstream))
 
 
 def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarray | None) -> float | None:
@@ -216,6 +217,19 @@ def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarra
         )
         fits = np.all(np.abs(matrix[where] - expected[where]) <= allowed)
     return _rounded(factor) if fits else None
+
+
+def _response(vjp: Callable[[np.ndarray], np.ndarray], upstream: np.ndarray) -> str:
+    """How the custom gradient responds to the upstream gradient scaled up a thousandfold, then a millionfold.
+
+    A derivative scales with it ("linear"). Clipping or normalising saturates: the millionfold response is no
+    larger than the thousandfold ("bounded"). Anything else (a squared upstream, a term not multiplied by it)
+    is "nonlinear", a mistake.
+    """
+    base, large, larger = (vjp(scale * upstream) for scale in (1.0, 1e3, 1e6))
+    if _close(large, 1e3 * base):
+        return "linear"
+    return "bounded" if np.linalg.norm(larger) <= 2 * np.linalg.norm(large) else "nonlinear"
 
 
 def _rounded(factor: float) -> float:
@@ -258,6 +272,11 @@ def report_mismatch(
         )
         return
     hint = mistake_hint
+    if evidence.upstream_response == "nonlinear":
+        hint = (
+            " The custom gradient is not linear in the upstream gradient, as every derivative is: it must multiply "
+            "the upstream gradient (by the local derivative), not transform it."
+        )
     if pattern is not None:
         findings.surrogate = Surrogate(False, pattern.name, pattern.reason)
         hint = (

@@ -62,7 +62,7 @@ def surrogate_line(report) -> str | None:
     if surrogate.declared:
         if surrogate.pattern is None:
             return "Declared surrogate gradient: its difference from the true derivative informs, it does not fail."
-        return f"Declared surrogate gradient, a {surrogate.pattern}: {surrogate.reason}."
+        return f"Declared surrogate gradient ({surrogate.pattern}): {surrogate.reason}."
     return (
         f"Looks like an intended surrogate ({surrogate.pattern}): {surrogate.reason}. "
         "Declare it with --surrogate if so."
