@@ -344,3 +344,12 @@ def test_clipping_is_recognised_whatever_the_size_of_the_upstream():
     for seed in range(4):
         report = gradmagic.check(tf.custom_gradient(clip_gradients), tf.constant([3.0, -4.0]), seed=seed)
         assert report.surrogate.pattern == "gradient clipping", seed
+
+
+def test_a_nan_gradient_gets_no_surrogate_or_linearity_hint():
+    def nan_where_negative(x):
+        return tf.identity(x), lambda upstream: upstream * tf.sqrt(x)  # NaN for x < 0
+
+    report = gradmagic.check(tf.custom_gradient(nan_where_negative), POINTS)
+    assert report.verdict == "fail" and report.surrogate is None
+    assert all("not linear in the upstream" not in p.message for p in report.problems)

@@ -219,14 +219,19 @@ def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarra
     return _rounded(factor) if fits else None
 
 
-def _response(vjp: Callable[[np.ndarray], np.ndarray], upstream: np.ndarray) -> str:
+def _response(vjp: Callable[[np.ndarray], np.ndarray], upstream: np.ndarray) -> str | None:
     """How the custom gradient responds to the upstream gradient scaled up a thousandfold, then a millionfold.
 
     A derivative scales with it ("linear"). Clipping or normalising saturates: the millionfold response is no
     larger than the thousandfold ("bounded"). Anything else (a squared upstream, a term not multiplied by it)
-    is "nonlinear", a mistake.
+    is "nonlinear", a mistake. None when it cannot be told (the gradient fails or is not finite there).
     """
-    base, large, larger = (vjp(scale * upstream) for scale in (1.0, 1e3, 1e6))
+    try:
+        base, large, larger = (vjp(scale * upstream) for scale in (1.0, 1e3, 1e6))
+    except Exception:  # the user's gradient function, at larger upstream gradients: no evidence either way
+        return None
+    if not all(np.isfinite(value).all() for value in (base, large, larger)):
+        return None
     if _close(large, 1e3 * base):
         return "linear"
     return "bounded" if np.linalg.norm(larger) <= 2 * np.linalg.norm(large) else "nonlinear"
