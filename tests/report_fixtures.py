@@ -12,6 +12,8 @@ from keras import ops
 import gradmagic
 from gradmagic.report import Report
 
+#: The example input of the straight-through estimator and of gradient reversal (and of the browser test).
+QUANTISE_INPUT = [-1.7, -0.3, 0.2, 0.6, 1.4]
 #: An op name and message that would run script if inserted as HTML.
 HOSTILE = '<img src=x onerror="window.__pwned=1">'
 
@@ -33,6 +35,20 @@ def keras_log1pexp(x):
         return ops.multiply(upstream, 1.0 - 1.0 / ops.add(1, e))
 
     return ops.log(1 + e), grad
+
+
+def quantise(x):
+    """A straight-through estimator: `round` forward, the upstream gradient passed through where |x| <= 1."""
+
+    def grad(upstream):
+        return upstream * tf.cast(tf.abs(x) <= 1, upstream.dtype)
+
+    return tf.round(x), grad
+
+
+def reverse_gradient(x):
+    """Gradient reversal (domain-adversarial training), not declared as a surrogate: the check fails and names it."""
+    return tf.identity(x), lambda upstream: -upstream
 
 
 def add_bias(x, b):
@@ -83,6 +99,12 @@ def reports() -> dict[str, Report]:
         ),
         "hostile": gradmagic.check(hostile_op(), tf.constant(1.0)),
         "big_graph": graph_of_about(200),
+        # Swept over [-2.5, 2.5]: sweep points fall on round's jumps at +-0.5, +-1.5 and +-2.5 (both ends),
+        # where finite differences are the jump over 2h (off scale).
+        "straight_through": gradmagic.check(
+            tf.custom_gradient(quantise), tf.constant(QUANTISE_INPUT), surrogate=True, sweep_range=(-2.5, 2.5)
+        ),
+        "gradient_reversal": gradmagic.check(tf.custom_gradient(reverse_gradient), tf.constant(QUANTISE_INPUT)),
         "keras_backends": gradmagic.check(
             keras_log1pexp, np.array([-5.0, 0.0, 100.0]), framework="keras", backends="all"
         ),

@@ -1,5 +1,6 @@
 """gradmagic in a real JupyterLab, seen through a real headless Chromium: the report of the seeds' log1pexp
-cell, the notebook commands, a saved notebook reopened where no kernel exists, and hostile text.
+cell and of a declared straight-through estimator, the notebook commands, a saved notebook reopened where no
+kernel exists (its reports drawn from data: the gradient graph, the sweep), and hostile text.
 
 The server and the browser are started once for the module and stopped at its end; everything they write
 goes to a temporary folder. A screenshot of each rendered report is kept in test-artifacts/."""
@@ -25,6 +26,7 @@ from jupyterlab_server import (
 )
 
 import gradmagic
+from gradmagic.render import surrogate_line
 from gradmagic.report import MIME_TYPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +39,13 @@ def log1pexp(x):
     def grad(upstream):
         return upstream * (1 - 1 / (1 + e))
     return tf.math.log(1 + e), grad"""
+STRAIGHT_THROUGH_CELL = f"""%%custom_gradient --surrogate --check x=tf.constant({report_fixtures.QUANTISE_INPUT})
+import tensorflow as tf
+
+def quantise(x):
+    def grad(upstream):
+        return upstream * tf.cast(tf.abs(x) <= 1, upstream.dtype)
+    return tf.round(x), grad"""
 #: The cell line of `e = tf.exp(x)` (the magic line is line 1).
 EXP_LINE = 5
 TIMEOUT = 120_000  # ms: the first check imports TensorFlow in the kernel
@@ -46,6 +55,13 @@ TIMEOUT = 120_000  # ms: the first check imports TensorFlow in the kernel
 def expected():
     """The same op checked here, in Python: what the browser must show."""
     return gradmagic.check(tf.custom_gradient(report_fixtures.log1pexp), tf.constant([-5.0, 0.0, 100.0]))
+
+
+@pytest.fixture(scope="module")
+def expected_surrogate():
+    """The straight-through estimator checked here, in Python."""
+    quantise = tf.custom_gradient(report_fixtures.quantise)
+    return gradmagic.check(quantise, tf.constant(report_fixtures.QUANTISE_INPUT), surrogate=True)
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +98,15 @@ def page(browser):
 
 @pytest.fixture(scope="module")
 def checked(browser, lab, folders):
-    """log1pexp.ipynb opened in JupyterLab with `%load_ext gradmagic` and the log1pexp cell run by the user."""
+    """log1pexp.ipynb opened in JupyterLab with `%load_ext gradmagic`, and the log1pexp and straight-through
+    estimator cells run by the user."""
     root, _ = folders
-    write_notebook(root / "log1pexp.ipynb", ["%load_ext gradmagic", LOG1PEXP_CELL])
+    write_notebook(root / "log1pexp.ipynb", ["%load_ext gradmagic", LOG1PEXP_CELL, STRAIGHT_THROUGH_CELL])
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     open_notebook(page, lab, "log1pexp.ipynb")
     run_cell(page, 0, 1)
     run_cell(page, 1, 2)
+    run_cell(page, 2, 3)
     yield page
     page.close()
 
@@ -152,11 +170,23 @@ def test_the_log1pexp_cell_shows_its_live_report(checked, expected):
     screenshot(output, "log1pexp-live-widget-graph.png")
 
 
+def test_the_declared_straight_through_estimator_shows_its_live_report(checked, expected_surrogate):
+    page = checked
+    output = page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".jp-Cell-outputArea")
+    output.get_by_text("SURROGATE GRADIENT (DECLARED)").wait_for(timeout=TIMEOUT)
+    assert surrogate_line(expected_surrogate) in output.inner_text()
+    # The live widget (made by Python) opens on its Sweep tab when nothing fails.
+    output.get_by_role("tab", name="Sweep").wait_for()
+    output.get_by_text("SURROGATE GRADIENT (DECLARED)").scroll_into_view_if_needed()
+    screenshot(page, "straight-through-live-widget.png")
+
+
 def test_recheck_all_runs_every_custom_gradient_cell_and_nothing_else(checked):
     page = checked
     page.locator(".jp-NotebookPanel-toolbar").get_by_text("Re-check all").click()
-    wait_for_prompt(page, 1, 3)
-    assert "[1]" in page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".jp-InputArea-prompt").inner_text()
+    wait_for_prompt(page, 2, 5)
+    prompts = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-prompt")
+    assert "[1]" in prompts.nth(0).inner_text() and "[4]" in prompts.nth(1).inner_text()
 
 
 def test_the_palette_inserts_the_template_and_the_load_ext_cell(browser, lab, folders, page):
@@ -189,18 +219,20 @@ def test_the_palette_inserts_the_template_and_the_load_ext_cell(browser, lab, fo
     assert "def log1pexp(x):" in sources[2] and "return tf.math.log(1 + e), grad" in sources[2]
 
 
-def test_a_saved_notebook_reopened_where_no_kernel_exists_still_shows_the_report(checked, browser, folders, expected):
+def test_a_saved_notebook_reopened_where_no_kernel_exists_still_shows_the_reports(
+    checked, browser, folders, expected, expected_surrogate
+):
     page = checked
     save(page)
     root, state = folders
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        outputs = json.loads((root / "log1pexp.ipynb").read_text())["cells"][1]["outputs"]
-        if any(MIME_TYPE in output.get("data", {}) for output in outputs):
+        cells = json.loads((root / "log1pexp.ipynb").read_text())["cells"]
+        if all(any(MIME_TYPE in output.get("data", {}) for output in cell["outputs"]) for cell in cells[1:3]):
             break
         time.sleep(0.2)
     else:
-        pytest.fail("the notebook was not saved with the report's output")
+        pytest.fail("the notebook was not saved with the reports' outputs")
 
     with JupyterLab(root, state / "server-without-kernels", kernels=False) as bare:
         reopened = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -211,7 +243,8 @@ def test_a_saved_notebook_reopened_where_no_kernel_exists_still_shows_the_report
             reopened.locator(".jp-NotebookPanel:visible .jp-Toolbar-kernelName").get_by_text("No Kernel").wait_for(
                 timeout=30_000
             )
-            report = reopened.locator(".jp-gradmagic-report")
+            cells = reopened.locator(".jp-Notebook .jp-Cell")
+            report = cells.nth(1).locator(".jp-gradmagic-report")
             report.wait_for(timeout=30_000)
             assert report.locator(".jp-gradmagic-verdict").inner_text().lower() == "passes with warnings"
             assert "log1pexp(x)" in report.locator(".jp-gradmagic-signature").inner_text()
@@ -225,6 +258,29 @@ def test_a_saved_notebook_reopened_where_no_kernel_exists_still_shows_the_report
             )
             assert "Error displaying widget" not in reopened.locator(".jp-Notebook").inner_text()
             screenshot(report, "log1pexp-reopened-without-kernel.png")
+
+            surrogate = cells.nth(2).locator(".jp-gradmagic-report")
+            assert surrogate.locator(".jp-gradmagic-verdict").inner_text().lower() == "surrogate gradient (declared)"
+            assert surrogate.locator(".jp-gradmagic-surrogate-line").inner_text() == surrogate_line(expected_surrogate)
+            sweep = surrogate.locator(".jp-gradmagic-sweep-section")
+            chart = sweep.locator("svg.jp-gradmagic-sweep-svg")
+            chart.wait_for()
+            labels = {
+                "custom": "surrogate (custom gradient)",
+                "numerical": "true derivative (finite differences)",
+                "autodiff": "autodiff",
+            }
+            for series, label in labels.items():
+                curve = chart.locator(f"path[data-series='{series}']")
+                assert curve.get_attribute("d").startswith("M") and curve.locator("title").text_content() == label
+                assert label in sweep.locator(".jp-gradmagic-sweep-legend").inner_text()
+            box = chart.bounding_box()
+            assert box["width"] > 500 and box["height"] > 250, box  # drawn at a readable size
+            details = tooltip_after_hovering(reopened, chart)  # the middle of the sweep: inside the box
+            assert "surrogate (custom gradient): 1" in details and "true derivative (finite differences): 0" in details
+            reopened.mouse.move(0, 0)
+            screenshot(surrogate.locator(".jp-gradmagic-header"), "straight-through-header-reopened-without-kernel.png")
+            screenshot(sweep, "straight-through-sweep-reopened-without-kernel.png")
         finally:
             reopened.close()
 

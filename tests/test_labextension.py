@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pytest
 import report_fixtures
 
+from gradmagic.render import surrogate_line
+from gradmagic.render.figures import jumps
 from gradmagic.report import schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,13 +22,27 @@ LABEXTENSION = ROOT / "labextension"
 BIN = Path(sys.executable).parent
 
 
+def as_array(values) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
 @pytest.fixture(scope="module")
 def fixture_folder(tmp_path_factory) -> Path:
+    """Each report as `<name>.json`, and `python-renderers.txt`: what the Python renderers show of each that the
+    lab renderer must show alike (the surrogate line, and the sweep points whose finite differences the sweep
+    figure marks at a jump, off scale)."""
     folder = tmp_path_factory.mktemp("report-fixtures")
+    shown = {}
     for name, report in report_fixtures.reports().items():
         data = report.to_dict()
         jsonschema.validate(data, schema())
         (folder / f"{name}.json").write_text(json.dumps(data, allow_nan=False, indent=1))
+        shown[name] = {"surrogate_line": surrogate_line(report), "jumps": None}
+        if report.sweep is not None:
+            sweep = report.sweep
+            off_scale = jumps(np.array(sweep.points, float), as_array(sweep.values), as_array(sweep.numerical))
+            shown[name]["jumps"] = np.flatnonzero(off_scale).tolist()
+    (folder / "python-renderers.txt").write_text(json.dumps(shown))
     return folder
 
 

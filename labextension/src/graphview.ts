@@ -5,11 +5,10 @@
  * details (op type, shape, dtype, bytes, cell line) for every node and edge.
  * Every string from the report goes in as text.
  */
-import { element } from './dom';
+import { element, svg } from './dom';
 import { BACKWARD_LANE, FORWARD_LANE, IPoint, MAX_NODES, foldScopes, layout } from './layout';
 import { IGraph, IGraphEdge, IGraphNode, formatBytes, formatShape } from './schema';
 
-const SVG = 'http://www.w3.org/2000/svg';
 /** Pixels per layout unit. */
 const UNIT_X = 150;
 const UNIT_Y = 54;
@@ -18,19 +17,6 @@ const CHAR_WIDTH = 6.4;
 const MARGIN = 40;
 const MIN_SCALE = 0.1;
 const MAX_SCALE = 8;
-
-function svg<K extends keyof SVGElementTagNameMap>(
-  tag: K,
-  attributes: Record<string, string | number> = {},
-  parent?: Element
-): SVGElementTagNameMap[K] {
-  const element = document.createElementNS(SVG, tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    element.setAttribute(name, String(value));
-  }
-  parent?.appendChild(element);
-  return element;
-}
 
 /** The lines of a node's hover card. */
 export function nodeDetails(node: IGraphNode): string[] {

@@ -1,15 +1,17 @@
 /**
  * A gradmagic report as DOM: the verdict and problems, the shapes table,
- * the finite-difference results and the interactive gradient graph. The same
+ * the finite-difference results, the sweep and the interactive gradient graph. The same
  * sections, words and order as the Python HTML fallback
  * (`gradmagic/render/html.py`). Every string from the data is inserted as
  * text (`textContent`), never parsed as HTML.
  */
 import { element } from './dom';
 import { graphView } from './graphview';
+import { sweepView } from './sweepview';
 import {
   ILocation,
   IReport,
+  ISweep,
   ITensorRow,
   elementLabel,
   formatBytes,
@@ -17,9 +19,14 @@ import {
   formatShape
 } from './schema';
 
-export const VERDICT_WORDS = { pass: 'passes', warn: 'passes with warnings', fail: 'fails' } as const;
+export const VERDICT_WORDS = {
+  pass: 'passes',
+  warn: 'passes with warnings',
+  surrogate: 'surrogate gradient (declared)',
+  fail: 'fails'
+} as const;
 const BACKEND_VERDICT_WORDS = { ...VERDICT_WORDS, unavailable: 'not checked' } as const;
-const BACKEND_MARKS = { pass: '✓', warn: '✓', fail: '✗', unavailable: '–' } as const;
+const BACKEND_MARKS = { pass: '✓', warn: '✓', surrogate: '✓', fail: '✗', unavailable: '–' } as const;
 /** Keras backends as users name them. */
 export const BACKEND_NAMES: Record<string, string> = { tensorflow: 'TensorFlow', jax: 'JAX', torch: 'PyTorch' };
 /** Problems the header shows; the rest are in the problems section. */
@@ -86,6 +93,10 @@ function header(report: IReport, parent: Element): void {
     `${frameworkLabel(report)}, ${report.op.mode}; checked in ${total} ms` + (timings ? ` (${timings})` : ''),
     head
   );
+  const surrogate = surrogateLine(report);
+  if (surrogate) {
+    element('div', 'jp-gradmagic-surrogate-line', surrogate, head);
+  }
   const backends = report.backends ?? [];
   if (backends.length) {
     const line = element('div', 'jp-gradmagic-backend-line', 'backends: ', head);
@@ -103,6 +114,23 @@ function header(report: IReport, parent: Element): void {
       element('div', 'jp-gradmagic-muted', `… and ${report.problems.length - HEADLINED} more (Problems).`, head);
     }
   }
+}
+
+/** What the report says of a surrogate gradient, in the words of Python's `surrogate_line`; null if nothing. */
+export function surrogateLine(report: IReport): string | null {
+  const surrogate = report.surrogate;
+  if (!surrogate) {
+    return null;
+  }
+  if (surrogate.declared) {
+    return surrogate.pattern === null
+      ? 'Declared surrogate gradient: its difference from the true derivative informs, it does not fail.'
+      : `Declared surrogate gradient (${surrogate.pattern}): ${surrogate.reason}.`;
+  }
+  return (
+    `Looks like an intended surrogate (${surrogate.pattern}): ${surrogate.reason}. ` +
+    'Declare it with --surrogate if so.'
+  );
 }
 
 /** `Keras 3 on JAX (keras 3.15.1, jax 0.10.2)` or `tensorflow 2.21.0`: what ran the op. */
@@ -247,6 +275,22 @@ function numerics(report: IReport, parent: Element): void {
   table(body, 'jp-gradmagic-worst-table', ['element', 'custom', 'finite differences', 'autodiff', 'error'], rows);
 }
 
+/** `output[2] and its derivative along x[2] (...) from -2.475 to 2.175, 201 points; ...`, as the HTML fallback. */
+export function sweepSummary(sweep: ISweep): string {
+  const kind = sweep.elementwise ? 'the op is element-wise in it' : 'a scalar input';
+  return (
+    `${elementLabel(sweep.output, sweep.output_index)} and its derivative along ` +
+    `${elementLabel(sweep.input, sweep.index)} (${kind}) from ${formatNumber(sweep.points[0])} to ` +
+    `${formatNumber(sweep.points[sweep.points.length - 1])}, ${sweep.points.length} points; the other inputs at ` +
+    'the example point.'
+  );
+}
+
+function sweep(report: IReport, parent: Element): void {
+  element('div', 'jp-gradmagic-muted', sweepSummary(report.sweep!), parent);
+  parent.appendChild(sweepView(report.sweep!, report.verdict === 'surrogate'));
+}
+
 /** `gradient graph: 7 forward and 4 backward ops; the backward keeps 12 B alive (1 saved tensor)`. */
 export function graphSummary(report: IReport): string {
   const graph = report.graph!;
@@ -292,6 +336,9 @@ export function reportView(report: IReport, view: View = 'report'): HTMLElement 
   }
   shapes(report, root);
   numerics(report, root);
+  if (report.sweep) {
+    sweep(report, section(root, 'Sweep', 'sweep-section'));
+  }
   graph(report, section(root, 'Gradient graph', 'graph-section'));
   return root;
 }

@@ -10,9 +10,12 @@ export const MIME_TYPE = 'application/vnd.gradmagic.report+json';
 /** The schema major version this renderer reads. */
 export const SCHEMA_MAJOR = 1;
 
-export type Num = number | 'NaN' | 'Infinity' | '-Infinity' | null;
+/** A number as JSON carries it: non-finite ones as strings. */
+export type JsonNumber = number | 'NaN' | 'Infinity' | '-Infinity';
+export type Num = JsonNumber | null;
 export type Shape = (number | null)[];
-export type Verdict = 'pass' | 'warn' | 'fail';
+/** `surrogate`: a declared surrogate gradient differs from the true derivative and nothing fails (schema 1.4). */
+export type Verdict = 'pass' | 'warn' | 'surrogate' | 'fail';
 export type Severity = 'error' | 'warning' | 'info';
 
 export interface ILocation {
@@ -121,6 +124,42 @@ export interface IBackendResult {
   note: string | null;
 }
 
+/**
+ * The op along one input element, the others at the example point (schema 1.2): the output element, and its
+ * derivative through the custom gradient, through the forward's own ops (autodiff) and by central differences.
+ */
+export interface ISweep {
+  input: string;
+  index: number[];
+  output: string;
+  output_index: number[];
+  /** The element's value at the example point. */
+  example: JsonNumber;
+  points: JsonNumber[];
+  values: Num[];
+  custom: Num[];
+  /** null where the forward has no autodiff gradient. */
+  autodiff: Num[] | null;
+  numerical: Num[];
+  /** dtype of values, custom and autodiff (the op's own). */
+  dtype: string;
+  /** dtype the central differences ran in. */
+  numerical_dtype: string;
+  /** output[i] depends on input[i] alone. */
+  elementwise: boolean;
+  /** Where the check found the forward not differentiable. */
+  kinks: JsonNumber[];
+}
+
+/** A custom gradient that is deliberately not the derivative: declared by the user, or recognised (schema 1.4). */
+export interface ISurrogate {
+  declared: boolean;
+  /** "straight-through estimator", "gradient reversal", ...; null when none is recognised. */
+  pattern: string | null;
+  /** What in the measurements shows the pattern. */
+  reason: string | null;
+}
+
 export interface IReport {
   $schema: string;
   version: string;
@@ -133,8 +172,10 @@ export interface IReport {
   timings: Record<string, number>;
   options: Record<string, unknown>;
   graph: IGraph | null;
-  sweep: unknown;
+  sweep: ISweep | null;
   backends?: IBackendResult[];
+  /** Absent before schema 1.4. */
+  surrogate?: ISurrogate | null;
 }
 
 /**
@@ -160,6 +201,11 @@ export function readReport(data: unknown): IReport | Error {
     }
   }
   return report as IReport;
+}
+
+/** A number from the report as a JavaScript number: the non-finite strings as NaN and ±Infinity, null as NaN. */
+export function toNumber(value: Num): number {
+  return value === null ? NaN : Number(value);
 }
 
 /** A number for display: non-finite strings as they are, others with 4 significant digits. */

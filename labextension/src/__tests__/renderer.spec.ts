@@ -8,8 +8,9 @@ import * as path from 'path';
 import { edgeDetails, graphView, nodeDetails } from '../graphview';
 import { BACKWARD_LANE, foldScopes, layout } from '../layout';
 import { ReportRenderer, reportRendererFactory } from '../renderer';
-import { VERDICT_WORDS, reportView } from '../reportview';
-import { IReport, MIME_TYPE, formatShape, readReport } from '../schema';
+import { VERDICT_WORDS, reportView, surrogateLine } from '../reportview';
+import { IReport, MIME_TYPE, formatShape, readReport, toNumber } from '../schema';
+import { jumps, nearestPoint, niceTicks, sweepDetails } from '../sweepview';
 import { TEMPLATE, isCustomGradientCell, loadsGradmagic } from '../cells';
 
 const folder = process.env.GRADMAGIC_REPORT_FIXTURES;
@@ -26,9 +27,22 @@ const fixtures: Record<string, IReport> = Object.fromEntries(
     .map(name => [path.basename(name, '.json'), JSON.parse(fs.readFileSync(path.join(folder, name), 'utf8'))])
 );
 const names = Object.keys(fixtures);
+/** What the Python renderers show of each fixture: the surrogate line, the sweep points marked at a jump. */
+const python: Record<string, { surrogate_line: string | null; jumps: number[] | null }> = JSON.parse(
+  fs.readFileSync(path.join(folder, 'python-renderers.txt'), 'utf8')
+);
 
 test('the Python suite wrote the fixtures these tests expect', () => {
-  expect(names.sort()).toEqual(['big_graph', 'hostile', 'keras_backends', 'log1pexp', 'projection', 'unreduced_bias']);
+  expect(names.sort()).toEqual([
+    'big_graph',
+    'gradient_reversal',
+    'hostile',
+    'keras_backends',
+    'log1pexp',
+    'projection',
+    'straight_through',
+    'unreduced_bias'
+  ]);
 });
 
 test('a Keras report names its backend and shows the verdict on each backend', () => {
@@ -79,6 +93,25 @@ describe.each(names)('report %s', name => {
       expect(rows[i].classList.contains('jp-gradmagic-mismatch')).toBe(!tensor.matches);
     });
     expect(view.querySelectorAll('.jp-gradmagic-worst-table tbody tr').length).toBe(report.numerics.worst.length);
+  });
+
+  test('says what the Python renderers say of a surrogate gradient, and draws its sweep, when it has them', () => {
+    const view = reportView(report);
+    expect(view.querySelector('.jp-gradmagic-surrogate-line')?.textContent ?? null).toBe(python[name].surrogate_line);
+    expect(surrogateLine(report) === null).toBe(!report.surrogate);
+    expect(view.querySelector('.jp-gradmagic-sweep-section .jp-gradmagic-sweep-svg') === null).toBe(!report.sweep);
+  });
+
+  test('marks finite differences at a jump where the Python figure does', () => {
+    const sweep = report.sweep;
+    if (!sweep) {
+      expect(python[name].jumps).toBeNull();
+      return;
+    }
+    const marked = jumps(sweep.points.map(toNumber), sweep.values.map(toNumber), sweep.numerical.map(toNumber));
+    expect(marked.flatMap((jump, i) => (jump ? [i] : []))).toEqual(python[name].jumps);
+    const chart = reportView(report).querySelector('.jp-gradmagic-sweep-svg')!;
+    expect(chart.querySelectorAll('.jp-gradmagic-sweep-jump').length).toBe(python[name].jumps!.length);
   });
 
   test('draws every node and edge of its graph, saved tensors marked', () => {
@@ -187,4 +220,119 @@ test('the inserted cell is a custom-gradient cell, found by Re-check all', () =>
   expect(isCustomGradientCell('%%custom_gradients')).toBe(false);
   expect(loadsGradmagic(['import tensorflow as tf', '%load_ext gradmagic'])).toBe(true);
   expect(loadsGradmagic(['%load_ext autoreload'])).toBe(false);
+});
+
+/** The distinct heights (SVG y) a path goes through. */
+function levels(path: Element): Set<number> {
+  return new Set(path.getAttribute('d')!.match(/[ML][^ML]+/g)!.map(point => Number(point.split(',')[1])));
+}
+
+describe('a declared straight-through estimator (round forward, gradient passed where |x| <= 1)', () => {
+  const report = fixtures.straight_through;
+  const view = reportView(report);
+  const chart = view.querySelector('.jp-gradmagic-sweep-section .jp-gradmagic-sweep-svg')!;
+  const curve = (series: string): Element => chart.querySelector(`path[data-series="${series}"]`)!;
+
+  test('reads "surrogate gradient (declared)" in the surrogate colour, and says which surrogate it is', () => {
+    expect(report.verdict).toBe('surrogate');
+    const verdict = view.querySelector('.jp-gradmagic-verdict')!;
+    expect(verdict.textContent).toBe('surrogate gradient (declared)');
+    expect(verdict.className).toBe('jp-gradmagic-verdict jp-gradmagic-surrogate');
+    expect(report.surrogate!.reason).toContain('round');
+    expect(view.querySelector('.jp-gradmagic-header .jp-gradmagic-surrogate-line')!.textContent).toBe(
+      `Declared surrogate gradient (straight-through estimator): ${report.surrogate!.reason}.`
+    );
+    const codes = report.problems.map(problem => `${problem.severity} ${problem.code}`);
+    expect(codes).toEqual(['info surrogate-differs']);
+  });
+
+  test('has a Sweep section between Finite differences and the gradient graph, as the HTML fallback', () => {
+    const titles = Array.from(view.querySelectorAll('.jp-gradmagic-section > summary')).map(title => title.textContent);
+    expect(titles).toEqual(['Problems (1)', 'Shapes', 'Finite differences', 'Sweep', 'Gradient graph']);
+    const [i] = report.sweep!.index;
+    expect(view.querySelector('.jp-gradmagic-sweep-section .jp-gradmagic-muted')!.textContent).toBe(
+      `output[${i}] and its derivative along x[${i}] (the op is element-wise in it) from -2.5 to 2.5, 201 points; ` +
+        'the other inputs at the example point.'
+    );
+    expect(chart.querySelector('.jp-gradmagic-sweep-title')!.textContent).toBe(
+      `output[${i}] along x[${i}] (element-wise op), float32`
+    );
+  });
+
+  test('plots the step-shaped round above, the box-shaped surrogate, the true derivative and autodiff below', () => {
+    expect(levels(curve('output')).size).toBe(5); // round over [-2.5, 2.5]: -2, -1, 0, 1, 2
+    const box = [...levels(curve('custom'))].sort((a, b) => a - b);
+    expect(box.length).toBe(2); // 1 on [-1, 1], 0 outside
+    expect(box[1] - box[0]).toBeGreaterThan(150); // most of the 220 units of the panel: not flattened
+    const labels = ['numerical', 'custom', 'autodiff'].map(series => {
+      expect(curve(series).getAttribute('d')).toMatch(/^M[\d.]+,[\d.]+L/);
+      return curve(series).querySelector('title')!.textContent;
+    });
+    expect(labels).toEqual(['true derivative (finite differences)', 'surrogate (custom gradient)', 'autodiff']);
+    const legend = Array.from(view.querySelectorAll('.jp-gradmagic-sweep-key')).map(key => key.textContent);
+    expect(legend).toEqual([...labels, 'true derivative at a jump (off scale)']);
+  });
+
+  test('leaves the finite differences at round\'s jumps out of the curve and the scale, marked on the top edge', () => {
+    const sweep = report.sweep!;
+    const points = sweep.points.map(toNumber);
+    const marked = jumps(points, sweep.values.map(toNumber), sweep.numerical.map(toNumber));
+    expect(points.filter((_, i) => marked[i])).toEqual([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]);
+    expect(Math.min(...sweep.numerical.map(toNumber).filter((_, i) => marked[i]))).toBeGreaterThan(1000);
+    expect(curve('numerical').getAttribute('d')!.match(/M/g)!.length).toBe(5); // four gaps, and both ends cut
+    const markers = Array.from(chart.querySelectorAll('.jp-gradmagic-sweep-jump'));
+    expect(markers.map(marker => marker.getAttribute('transform')!.split(' ')[1])).toEqual(
+      Array(6).fill('160)') // the top edge of the derivatives' panel
+    );
+    // Drawn to scale, the 8e4 of a jump would flatten the surrogate's box to under a unit: the same sweep with
+    // a forward that does not jump there (values following the finite differences) draws them to scale.
+    const smooth = { ...sweep, values: sweep.values.map((_, i) => points[i] * 1e5) };
+    expect(jumps(points, smooth.values.map(toNumber), smooth.numerical.map(toNumber)).some(Boolean)).toBe(false);
+    const flattened = reportView({ ...report, sweep: smooth }).querySelector('path[data-series="custom"]')!;
+    const heights = [...levels(flattened)];
+    expect(Math.max(...heights) - Math.min(...heights)).toBeLessThan(1);
+  });
+
+  test('hovering shows the swept value, the output and the three derivatives at the nearest point', () => {
+    const sweep = report.sweep!;
+    const points = sweep.points.map(toNumber);
+    const marked = jumps(points, sweep.values.map(toNumber), sweep.numerical.map(toNumber));
+    const [i] = sweep.index;
+    expect(sweepDetails(sweep, nearestPoint(points, 0.2), true, marked)).toEqual([
+      `x[${i}] = 0.2`,
+      `output[${i}] = 0`,
+      'surrogate (custom gradient): 1',
+      'true derivative (finite differences): 0',
+      'autodiff: 0'
+    ]);
+    expect(sweepDetails(sweep, nearestPoint(points, 0.5), true, marked)[3]).toMatch(
+      /^true derivative \(finite differences\): \d{4,} \(at a jump\)$/
+    );
+  });
+});
+
+test('an undeclared gradient reversal fails, and the header says it looks like an intended surrogate', () => {
+  const report = fixtures.gradient_reversal;
+  const view = reportView(report);
+  expect(view.querySelector('.jp-gradmagic-verdict')!.textContent).toBe('fails');
+  expect(view.querySelector('.jp-gradmagic-header .jp-gradmagic-surrogate-line')!.textContent).toBe(
+    `Looks like an intended surrogate (gradient reversal): ${report.surrogate!.reason}. ` +
+      'Declare it with --surrogate if so.'
+  );
+  expect(report.problems[0].code).toBe('fd-mismatch');
+  const legend = Array.from(view.querySelectorAll('.jp-gradmagic-sweep-key')).map(key => key.textContent);
+  expect(legend).toEqual(['finite differences', 'custom gradient', 'autodiff']);
+});
+
+test('a declared surrogate that matches the derivative has no pattern to name', () => {
+  const report = { ...fixtures.log1pexp, surrogate: { declared: true, pattern: null, reason: null } };
+  expect(reportView(report).querySelector('.jp-gradmagic-surrogate-line')!.textContent).toBe(
+    'Declared surrogate gradient: its difference from the true derivative informs, it does not fail.'
+  );
+});
+
+test('axis ticks are a few round numbers inside the range', () => {
+  expect(niceTicks(-2.7, 2.4, 7)).toEqual([-2, -1, 0, 1, 2]);
+  expect(niceTicks(-0.05, 1.05, 5)).toEqual([0, 0.25, 0.5, 0.75, 1]);
+  expect(niceTicks(0.001, 0.0042, 4)).toEqual([0.001, 0.002, 0.003, 0.004]);
 });
