@@ -83,7 +83,10 @@ bump = np.ones(n, np.float32)
 bump[element] = 1.1
 def one_wrong(x):
     e = ops.exp(x)
-    return ops.log(1 + e), lambda *args, upstream=None: (upstream if upstream is not None else args[0]) * (1 - 1 / (1 + e)) * bump
+    def grad(*args, upstream=None):
+        upstream = upstream if upstream is not None else args[0]
+        return upstream * (1 - 1 / (1 + e)) * bump
+    return ops.log(1 + e), grad
 x = rng.standard_normal(n).astype(np.float32)
 first, _ = timed(lambda: gradmagic.check(one_wrong, x, framework="keras"))
 again, report = timed(lambda: gradmagic.check(one_wrong, x, framework="keras"))
