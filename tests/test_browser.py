@@ -206,7 +206,10 @@ def test_the_palette_inserts_the_template_and_the_load_ext_cell(browser, lab, fo
     save(page)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        cells = json.loads((root / "empty.ipynb").read_text())["cells"]
+        try:
+            cells = json.loads((root / "empty.ipynb").read_text())["cells"]
+        except json.JSONDecodeError:  # read while JupyterLab rewrites the file: read again
+            cells = []
         if len(cells) == 3:
             break
         time.sleep(0.2)
