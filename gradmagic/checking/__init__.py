@@ -80,11 +80,16 @@ def check(
     no gradient). `options` are the fields of `CheckOptions`. `progress`, if
     given, is called with the fraction done (0 to 1) and the phase starting.
     """
+    adapter = get_adapter(framework)
+    with adapter.check_scope():  # graph mode: the check builds and runs in a graph and session of its own
+        return _check(adapter, op, args, kwargs, progress, options)
+
+
+def _check(adapter: Adapter, op: Callable, args: tuple, kwargs: dict | None, progress, options: dict) -> Report:
     started = time.perf_counter()
     step = progress or (lambda fraction, phase: None)
     step(0.0, "structure")
     settings = CheckOptions(**options)
-    adapter = get_adapter(framework)
     target = adapter.resolve(op)
     source = _source_label(target.filename)
     findings = Findings(target, wording_for(adapter), source)
@@ -95,7 +100,7 @@ def check(
         adapter.name,
         adapter.version,
         target.origin,
-        "eager",
+        adapter.mode,
         source,
         adapter.backend,
     )
@@ -251,12 +256,12 @@ def _gradient_graph(
 
 def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, trial, findings: Findings) -> None:
     """The decorated op through the framework's gradient machinery, compiled, against the eager trial."""
-    compiled = findings.wording.compiled
+    compiled, direct = findings.wording.compiled, findings.wording.direct
     try:
         graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams)
     except Exception as error:  # TensorFlow's own error about the user's op
         cause = _cause(error)
-        advice = "Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph cannot."
+        advice = findings.wording.traced_advice
         if "keywords arguments only when eager" in cause:
             advice = (
                 "tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
@@ -273,8 +278,8 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
         findings.add(
             "graph-mismatch",
             "error",
-            f"`{target.name}` works eagerly but taking its gradient {compiled} fails: "
-            f"{type(error).__name__}: {cause} {advice}",
+            f"`{target.name}` works {direct} but taking its gradient {compiled} fails: "
+            f"{type(error).__name__}: {cause} {advice}".rstrip(),
         )
         return
     eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
@@ -288,7 +293,7 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
                 findings.add(
                     "graph-mismatch",
                     "error",
-                    f"`{target.name}` gives a different {what} (#{position}) eagerly and {compiled}: "
+                    f"`{target.name}` gives a different {what} (#{position}) {direct} and {compiled}: "
                     f"largest difference {np.nanmax(np.abs(value - in_graph)):.3g}. Python-side state or "
                     "randomness in the op behaves differently when traced.",
                 )
