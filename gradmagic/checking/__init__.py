@@ -19,7 +19,7 @@ import numpy as np
 
 from gradmagic.checking import numeric, portability, projection
 from gradmagic.checking.graph import build_graph
-from gradmagic.checking.structure import CheckInputs, Findings, check_structure, name_inputs
+from gradmagic.checking.structure import CheckInputs, Findings, check_structure, error_text, name_inputs
 from gradmagic.checking.sweep import sweep_along
 from gradmagic.checking.wording import wording_for
 from gradmagic.frameworks import get_adapter
@@ -263,8 +263,9 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
         cause = _cause(error)
         advice = findings.wording.traced_advice
         if "keywords arguments only when eager" in cause:
+            where = "inside tf.function" if adapter.mode == "eager" else "in graph mode"
             advice = (
-                "tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
+                f"tf.custom_gradient refuses keyword arguments {where}: pass them by position, or "
                 "make the op with %%custom_gradient, whose op accepts them."
             )
         elif "positional-only arguments" in cause or "forward() got an unexpected keyword argument" in cause:
@@ -302,7 +303,7 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
 
 def _cause(error: Exception) -> str:
     """The sentence that says what went wrong; TensorFlow puts it last, after 'in user code:' and frames."""
-    text = str(error)
+    text = error_text(error)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not line.strip().startswith("[[")]
     if ("in user code:" in text or "Graph execution error" in text) and lines:
         return lines[-1]

@@ -558,8 +558,15 @@ def _raised(
     return message
 
 
+def error_text(error: Exception) -> str:
+    """The error's message: for a TensorFlow error raised by a graph that ran, without the stack that created the
+    failing op (which `str` appends)."""
+    message = getattr(error, "message", None)
+    return message if isinstance(message, str) else str(error)
+
+
 def _first_lines(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
+    lines = error_text(error).strip().splitlines()
     text = " ".join(lines[:3]) + (" ..." if len(lines) > 3 else "")
     return text if text.endswith((".", "...", "!", "?")) else text + "."
 

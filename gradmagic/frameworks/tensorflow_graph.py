@@ -412,7 +412,7 @@ class _Workspace:
     def outside_value(self, tensor: Any) -> np.ndarray:
         """The value of a tensor or variable of the user's graph, read in the user's default session (or, without
         one on that graph, computed alone): ValueError saying why when it has none."""
-        name = tensor.name.removesuffix(":0")
+        name = tensor.name if isinstance(tensor, tf.Tensor) else tensor.name.removesuffix(":0")
         if isinstance(tensor, tf.Tensor) and tensor.op.type in ("Placeholder", "PlaceholderV2"):
             raise ValueError(
                 f"`{name}` is a tf.compat.v1.placeholder: it has no value to check the op at. Give the value you "
@@ -421,7 +421,7 @@ class _Workspace:
         try:
             return np.asarray(self.session_for(tensor.graph).run(tensor))
         except tf.errors.OpError as error:
-            cause = error.message.strip().splitlines()[0]
+            cause = _cause(error)
             if isinstance(error, tf.errors.FailedPreconditionError):
                 advice = (
                     "it reads a variable your default session has not initialised: initialise it, and make that "
@@ -482,9 +482,11 @@ class _Workspace:
         self._refuse_vector_conds()
         try:
             return self._session().run(fetches, {**self.feeds, **(feeds or {})})
-        except BaseException:
+        except BaseException as error:
             if perturbs:
                 self._restore_variables(perturbs)
+            if isinstance(error, tf.errors.OpError):  # the cause, not TensorFlow's framing; `op` keeps the line
+                raise type(error)(error.node_def, error.op, _cause(error)) from None
             raise
 
     def _session(self) -> tf.compat.v1.Session:
@@ -625,7 +627,7 @@ class _Workspace:
             raise OpProblem(
                 "forward-error",
                 f"The forward reads the variable `{variable.name.removesuffix(':0')}`, which no default session "
-                f"holds and whose initial value cannot be computed alone ({error.message.strip().splitlines()[0]}). "
+                f"holds and whose initial value cannot be computed alone ({_cause(error)}). "
                 "Initialise it in your session and make that session the default "
                 "(`tf.compat.v1.InteractiveSession()`, or `with sess.as_default():`).",
             ) from None
@@ -663,6 +665,14 @@ class _Workspace:
 
 # What the user's variable object reads and writes through: pointed at its copy while a check runs.
 _MIRRORED_ATTRIBUTES = ("_handle", "_graph_element", "_cached_value", "_initializer_op")
+
+
+def _cause(error: tf.errors.OpError) -> str:
+    """What went wrong, from a session.run error: the lines after TensorFlow's "Node: '...'" framing."""
+    lines = [line.strip() for line in error.message.strip().splitlines()]
+    after = [i for i, line in enumerate(lines) if line.startswith("Node: ")]
+    lines = lines[after[-1] + 1 :] if after else lines
+    return " ".join(line for line in lines if line and not line.startswith("[[")) or error.message
 
 
 def _key(value: Any) -> Any:
