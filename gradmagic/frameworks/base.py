@@ -184,6 +184,13 @@ class Adapter(Protocol):
         what it touched on the way out; eager frameworks need nothing.
         """
 
+    def example_scope(self) -> ContextManager[None]:
+        """The context the magics evaluate example inputs (`ARG=EXPR`) in.
+
+        Graph mode: a graph of their own, so that `x=tf.constant(...)` adds
+        nothing to the user's graph, however often it is evaluated again.
+        """
+
     def decorate(self, function: Callable) -> Callable:
         """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""
 
@@ -282,6 +289,9 @@ class EagerExecution:
     mode = "eager"
 
     def check_scope(self) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def example_scope(self) -> ContextManager[None]:
         return contextlib.nullcontext()
 
     def call_gradient(self, grad_fn: Callable, args: list, kwargs: dict) -> Any:
