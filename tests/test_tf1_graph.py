@@ -397,6 +397,14 @@ def test_tensorflow_1_defaults_reference_variables_and_v1_control_flow():
                 return dy * v, [dy * x]
             return x * v, grad
 
+        outside = tf.compat.v1.get_variable("outside", [2], initializer=tf.ones_initializer())
+
+        @tf.custom_gradient
+        def closed_over(x):
+            def grad(dy, variables=None):
+                return dy * outside, [dy * x]
+            return x * outside, grad
+
         @tf.custom_gradient
         def absolute(x):
             y = tf.cond(x > 0, lambda: x, lambda: -x)
@@ -405,12 +413,16 @@ def test_tensorflow_1_defaults_reference_variables_and_v1_control_flow():
             return y, grad
 
         x = np.array([1.0, -2.0], np.float32)
-        RESULT = {name: gradmagic.check(op, x).to_dict() for name, op in
-                  [("default", dense), ("resource", dense_resource), ("cond", absolute)]}
+        ops = [("default", dense), ("resource", dense_resource), ("closed over", closed_over), ("cond", absolute)]
+        RESULT = {name: gradmagic.check(op, x).to_dict() for name, op in ops}
+        RESULT["outside"] = type(outside).__name__
         """,
         disable="disable_v2_behavior",
     )
     assert codes(Report.from_dict(result["default"])) == ["non-resource-variable"]
+    assert result["outside"] == "RefVariable"
+    closed_over = problem(Report.from_dict(result["closed over"]), "non-resource-variable")
+    assert "`outside`, a reference variable" in closed_over.message
     resource = Report.from_dict(result["resource"])
     assert resource.ok and not resource.problems, resource
     cond = problem(Report.from_dict(result["cond"]), "forward-error")

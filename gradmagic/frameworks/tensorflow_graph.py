@@ -374,6 +374,14 @@ class _Workspace:
         self.stack = contextlib.ExitStack()
 
     def __enter__(self) -> _Workspace:
+        try:
+            self._enter()
+        except BaseException:
+            self.stack.close()
+            raise
+        return self
+
+    def _enter(self) -> None:
         stack = self.stack
         stack.enter_context(self.graph.as_default())
         stack.enter_context(
@@ -392,7 +400,6 @@ class _Workspace:
         stack.callback(lambda: _unregister([name for name in list(registry) if name not in registered]))
         stack.callback(self._restore_user_variables)
         stack.callback(self._close_sessions)
-        return self
 
     def __exit__(self, *exc_info) -> bool:
         return self.stack.__exit__(*exc_info)
@@ -401,8 +408,8 @@ class _Workspace:
 
     def input_tensor(self, leaf: Any) -> Any:
         """An example input as a placeholder of this graph, fed with its value in every run."""
-        if isinstance(leaf, (tf.Tensor, tf.Variable)) and leaf.graph is self.graph:
-            return leaf
+        if getattr(leaf, "graph", None) is self.graph:  # the check's own (a gradient, given to `to_tensors`)
+            return tf.convert_to_tensor(leaf)
         if isinstance(leaf, (tf.Tensor, tf.Variable)):
             value, dtype = self.outside_value(leaf), leaf.dtype.base_dtype
         else:
@@ -589,9 +596,11 @@ class _Workspace:
         existing = self.mirrored_names.get(name)
         if existing is None:
             existing = next((v for v in self._user_variables(self.user_graph) if v.op.name == name), None)
-        if existing is not None and resource_variable_ops.is_resource_variable(existing):
-            return self.mirror(existing)
-        return getter(name, *args, **kwargs)
+        if existing is None:
+            return getter(name, *args, **kwargs)
+        if not resource_variable_ops.is_resource_variable(existing):
+            raise OpProblem("non-resource-variable", _read_reference_message(existing))
+        return self.mirror(existing)
 
     def mirror(self, variable: Any) -> Any:
         """Point the user's resource variable at a copy in this graph, holding the user's value, until the check
