@@ -149,6 +149,7 @@ def test_finite_differences_take_as_many_session_runs_as_the_eager_path_takes_co
             report, phases = runs_by_phase(triple, np.linspace(-5, 5, size).astype(np.float32))
             RESULT[size] = {"ok": report.ok, "mode": report.numerics.mode, "elements": report.numerics.elements,
                             "phases": phases}
+        report, RESULT["again"] = runs_by_phase(triple, np.linspace(5, 6, 60).astype(np.float32))
         """,
     )
     for size in ("3", "60"):
@@ -161,6 +162,9 @@ def test_finite_differences_take_as_many_session_runs_as_the_eager_path_takes_co
     expected = {"structure": 2, "tf.compat.v1 Session": 1, "graph": 0, "finite differences": 3, "sweep": 2}
     assert result["3"]["phases"] == expected
     assert result["60"]["phases"] == expected
+    # Checked again at other values of the same shape: what was built is run again, and whether the forward keeps
+    # float64 is known.
+    assert result["again"] == {**expected, "finite differences": 2}
 
 
 VARIABLES = """
@@ -207,6 +211,10 @@ def test_variables_of_a_variable_scope_are_found_perturbed_and_left_as_they_were
             "[op.name for op in graph.get_operations()] == before and not graph.finalized and w.handle is handle"
         )
         RESULT["values"] = cell("sess.run(w).tolist()")
+        # Checked again after the user changed the variable: the check sees the new value.
+        cell("sess.run(w.assign([3.0, 1.0, -1.0]))")
+        RESULT["changed"] = report("%gradcheck scale")
+        cell("sess.run(w.assign([0.5, -1.0, 2.0]))")
         # The variable still works in the user's graph, through the op and tf.gradients.
         RESULT["variable gradient"] = cell(
             "sess.run(tf.gradients(scale(tf.constant([1.0, 2.0, 3.0])), w)[0]).tolist()"
@@ -232,6 +240,9 @@ def test_variables_of_a_variable_scope_are_found_perturbed_and_left_as_they_were
     assert "2 times the finite differences" in mismatch.message
 
     assert result["interrupted"] is True
+    changed = Report.from_dict(result["changed"])
+    (block,) = [b for b in changed.numerics.jacobians if b.input == "x"]
+    assert changed.ok and np.diag(np.reshape(block.custom, block.shape)).tolist() == [3.0, 1.0, -1.0]
     assert result["unchanged"] is True
     assert result["values"] == [0.5, -1.0, 2.0]
     assert result["variable gradient"] == [1.0, 2.0, 3.0]
@@ -342,6 +353,7 @@ def test_structure_mistakes_are_explained_in_graph_mode():
             return y, grad
         ''')
         RESULT["alive"] = cell("1 + 1")
+        RESULT["scalar cond"] = report("%gradcheck absolute x=np.float32(-2.0)")
         RESULT["placeholder"] = report("%gradcheck absolute x=unfed")
         RESULT["closed-over tensor"] = report('''%%custom_gradient --check x=np.array([1.0, 2.0], np.float32)
         def shifted(x):
@@ -369,6 +381,7 @@ def test_structure_mistakes_are_explained_in_graph_mode():
     assert "predicate of shape [2]" in cond.message and "tf.where(condition, a, b)" in cond.message
     assert "aborts the whole Python process" in cond.message
     assert result["alive"] == 2
+    assert Report.from_dict(result["scalar cond"]).ok  # a scalar predicate is fine, in a graph with no vector one
     placeholder = problem(reports["placeholder"], "input-type")
     assert "`unfed:0` is a tf.compat.v1.placeholder" in placeholder.message
     closed = problem(reports["closed-over tensor"], "closed-over-tensor")
@@ -376,8 +389,8 @@ def test_structure_mistakes_are_explained_in_graph_mode():
     run_time = problem(reports["run-time error"], "grad-error")
     assert "the gradient overflows : Tensor had Inf values" in run_time.message
     assert run_time.location.line == 4
-    for report in reports.values():
-        assert report.op.mode == "graph" and not report.ok
+    for name, report in reports.items():
+        assert report.op.mode == "graph" and (name == "scalar cond" or not report.ok)
 
 
 def test_tensorflow_1_defaults_reference_variables_and_v1_control_flow():

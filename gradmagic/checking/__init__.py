@@ -81,16 +81,18 @@ def check(
     given, is called with the fraction done (0 to 1) and the phase starting.
     """
     adapter = get_adapter(framework)
-    with adapter.check_scope():  # graph mode: the check builds and runs in a graph and session of its own
-        return _check(adapter, op, args, kwargs, progress, options)
+    target = adapter.resolve(op)
+    with adapter.check_scope(target):  # graph mode: the check builds and runs in a graph and session of the op's own
+        return _check(adapter, op, target, args, kwargs, progress, options)
 
 
-def _check(adapter: Adapter, op: Callable, args: tuple, kwargs: dict | None, progress, options: dict) -> Report:
+def _check(
+    adapter: Adapter, op: Callable, target: Target, args: tuple, kwargs: dict | None, progress, options: dict
+) -> Report:
     started = time.perf_counter()
     step = progress or (lambda fraction, phase: None)
     step(0.0, "structure")
     settings = CheckOptions(**options)
-    target = adapter.resolve(op)
     source = _source_label(target.filename)
     findings = Findings(target, wording_for(adapter), source)
     timings: dict[str, float] = {}

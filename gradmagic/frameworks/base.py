@@ -177,11 +177,12 @@ class Adapter(Protocol):
     #: (TensorFlow 1's graph mode: ops are built into a graph, then run in a tf.compat.v1 Session).
     mode: str
 
-    def check_scope(self) -> ContextManager[None]:
-        """The context one check runs in: `check` asks everything of the adapter inside it.
+    def check_scope(self, target: Target) -> ContextManager[None]:
+        """The context one check of `target` runs in: `check` asks everything else of the adapter inside it.
 
-        Graph mode builds in a graph and session of its own there, and restores
-        what it touched on the way out; eager frameworks need nothing.
+        Graph mode builds in a graph and session of the op's own there (kept
+        for its later checks), and restores what it touched on the way out;
+        eager frameworks need nothing.
         """
 
     def example_scope(self) -> ContextManager[None]:
@@ -288,7 +289,7 @@ class EagerExecution:
 
     mode = "eager"
 
-    def check_scope(self) -> ContextManager[None]:
+    def check_scope(self, target: Target) -> ContextManager[None]:
         return contextlib.nullcontext()
 
     def example_scope(self) -> ContextManager[None]:

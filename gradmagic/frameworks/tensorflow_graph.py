@@ -7,10 +7,12 @@ are decorated as in eager mode (`tf.custom_gradient` picks its graph-mode
 implementation by itself); a check goes through the same phases as the eager
 one, each built into a graph and run in a session:
 
-* **Its own graph and session** (`check_scope`). The user's graph gets no
-  operation and the user's session runs nothing but reads. The user's graph
-  is finalized while the check runs, so that anything which would still try
-  to add to it fails instead of doing so.
+* **A graph and session of gradmagic's own** (`check_scope`), one per op,
+  kept for its later checks as the eager adapter keeps its compiled
+  functions: what a check builds for an input layout, later checks run again
+  with new feeds. The user's graph gets no operation and the user's session
+  runs nothing but reads. The user's graph is finalized while a check runs,
+  so that anything which would still try to add to it fails instead.
 * **Example inputs** become placeholders, fed with their values in every run.
   Python and NumPy values are taken as they are; tensors and variables of the
   user's graph are read in the default session (or, without one on that
@@ -19,8 +21,8 @@ one, each built into a graph and run in a session:
   by building it once in a `FuncGraph`, which captures every tensor it takes
   from another graph instead of adding to that graph. Each resource variable
   of the user's graph it reads, directly or through `get_variable` (by name),
-  gets a copy in the check's graph, initialised with the user's value, and
-  the user's variable object points at the copy until the check ends
+  gets a copy in the check's graph, set to the user's value at each check,
+  and the user's variable object points at the copy until the check ends
   (`_Workspace.mirror`). Perturbing and restoring the copies never touches
   the user's values. Variables the op creates itself live in the check's
   graph. Non-resource variables (the seed's "the enclosing variable scope
@@ -35,8 +37,10 @@ one, each built into a graph and run in a session:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -48,6 +52,7 @@ from tensorflow.python.ops import resource_variable_ops
 from gradmagic.frameworks.base import FullJacobians, Layout, OpProblem, Projections, RawGraph, Target, TensorMeta
 from gradmagic.frameworks.tensorflow import (
     TensorFlowAdapter,
+    _cache_of,
     _flat_outputs,
     _gradient_registry,
     _input_leaves_at,
@@ -58,6 +63,11 @@ from gradmagic.frameworks.tensorflow import (
     _unregister,
     _z_dtype,
 )
+
+_WORKSPACE = "graph-mode workspace"
+# A workspace serves an op's checks until its graph holds this many operations (each check builds the forward and
+# the gradient function once more, for the structure checks); then the next check starts a new one.
+_KEPT_OPERATIONS = 20_000
 
 _GLOBAL = tf.compat.v1.GraphKeys.GLOBAL_VARIABLES
 _LOCAL = tf.compat.v1.GraphKeys.LOCAL_VARIABLES
@@ -75,9 +85,16 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         self._workspaces: list[_Workspace] = []
 
     @contextlib.contextmanager
-    def check_scope(self):
-        """A graph and session of the check's own; the user's graph guarded, their variables restored after."""
-        with _Workspace() as workspace:
+    def check_scope(self, target: Target):
+        """The op's graph and session, kept for its later checks; the user's graph guarded, their variables
+        restored after."""
+        cache = _cache_of(target.raw)
+        workspace = cache.get(_WORKSPACE)
+        if workspace is None or workspace.full:
+            workspace = cache[_WORKSPACE] = _Workspace()
+        elif workspace.checking_now:  # a check of this op inside one of its checks (a progress callback's)
+            workspace = _Workspace()
+        with workspace.checking():
             self._workspaces.append(workspace)
             try:
                 yield
@@ -129,15 +146,22 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
 
     def decorated_gradients(self, target: Target, layout: Layout, upstreams: list) -> tuple[list, list]:
         """Outputs and gradients of the op as a TensorFlow 1 user takes them: `tf.gradients`, one session.run."""
-        inputs = list(layout.inputs)
-        outputs = tf.nest.flatten(target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs))
-        gradients = tf.gradients(
-            outputs,
-            _sources(layout, inputs),
-            grad_ys=list(upstreams),
-            unconnected_gradients=tf.UnconnectedGradients.ZERO,
-        )
-        values = self._here.run([outputs, [tf.convert_to_tensor(g) for g in gradients]])
+        signature = tuple((u.dtype.name, tuple(u.shape.as_list())) for u in upstreams)
+
+        def build():
+            inputs = list(layout.inputs)
+            upstream_inputs = [tf.compat.v1.placeholder(dtype, shape, name="upstream") for dtype, shape in signature]
+            outputs = tf.nest.flatten(target.op(*tf.nest.pack_sequence_as(layout.structure, inputs), **layout.kwargs))
+            gradients = tf.gradients(
+                outputs,
+                _sources(layout, inputs),
+                grad_ys=upstream_inputs,
+                unconnected_gradients=tf.UnconnectedGradients.ZERO,
+            )
+            return upstream_inputs, [outputs, [tf.convert_to_tensor(g) for g in gradients]]
+
+        upstream_inputs, fetches = self._here.built(("decorated_gradients", signature), layout, build)
+        values = self._here.run(fetches, dict(zip(upstream_inputs, map(self.to_numpy, upstreams))))
         return list(values[0]), list(values[1])
 
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
@@ -199,6 +223,11 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         """Forward (name scope "forward") and `tf.gradients` backward ("backward") built together, ops classified."""
+        signature = tuple((u.dtype.name, tuple(u.shape.as_list())) for u in upstreams)
+        build = functools.partial(self._trace, target, layout, upstreams, arguments)
+        return self._here.built(("gradient_graph", signature, tuple(arguments)), layout, build)
+
+    def _trace(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         graph = self._here.graph
         first = len(graph.get_operations())
         inputs = [tf.compat.v1.placeholder(t.dtype, t.shape, name="input") for t in layout.inputs]
@@ -353,61 +382,76 @@ class GraphProber:
 
 
 class _Workspace:
-    """The graph and session one check builds in and runs, and what it borrows from the user's graph."""
+    """The graph and session an op's checks build in and run, kept with the op as the eager adapter keeps its
+    compiled functions: what a check builds for an input layout, later checks run again with new feeds.
+
+    Per check (`checking`): the user's graph guarded, their variables pointed at their copies here and back, the
+    values at the example point.
+    """
 
     def __init__(self):
-        self.user_graph = tf.compat.v1.get_default_graph()
-        self.user_session = tf.compat.v1.get_default_session()
         self.graph = tf.Graph()
         self.session: tf.compat.v1.Session | None = None
-        self.feeds: dict = {}  # the input placeholders and their values, fed in every run
-        self.known: dict = {}  # tensor or variable key -> its value at the example point, as NumPy
+        self.placeholders: dict = {}  # (dtype, shape, n) -> the n-th input placeholder of that dtype and shape
+        self.casts: dict = {}  # (source key, dtype) -> the cast of an input
         self.built_computations: dict = {}
-        self.initialised: set = set()  # keys of the variables of this graph that hold their value
-        self.mirrors: dict = {}  # user variable key -> (the variable, its saved attributes)
+        self.copies: dict = {}  # user variable key -> (its copy here, the placeholder that initialises it)
+        self.private_values: dict = {}  # key of a variable the op created here -> its value (kept between runs)
+        self.scanned = 0  # operations already looked at by `_refuse_vector_conds`
+        self.restorers: dict = {}
+        self.checking_now = False
+        self.refused = False  # the graph holds what must never run: the next check starts afresh
+        self._start_check()
+
+    def _start_check(self) -> None:
+        self.user_graph = tf.compat.v1.get_default_graph()
+        self.user_session = tf.compat.v1.get_default_session()
+        self.feeds: dict = {}  # the input placeholders and their values, fed in every run
+        self.known: dict = dict(self.private_values)  # tensor or variable key -> its value at the example point
+        self.handed_out: collections.Counter = collections.Counter()  # input placeholders given, by signature
+        self.swapped: dict = {}  # user variable key -> (the variable, its saved attributes)
         self.mirrored_names: dict = {}  # a mirrored variable's name in the user's graph -> the variable
         self.user_handles: set = set()  # the user graph's handles of mirrored variables
         self.scratch_sessions: dict = {}  # sessions of our own on the user's graphs, for values computed alone
-        self.scanned = 0  # operations already looked at by `_refuse_vector_conds`
-        self.restorer: tuple | None = None
-        self.pending_mirrors: list = []  # (initializer, its placeholder, the user's value) of mirrors to initialise
-        self.stack = contextlib.ExitStack()
+        self.pending_mirrors: list = []  # (initializer, its placeholder, the user's value) of copies to set
 
-    def __enter__(self) -> _Workspace:
+    @property
+    def full(self) -> bool:
+        return self.refused or len(self.graph.get_operations()) > _KEPT_OPERATIONS
+
+    @contextlib.contextmanager
+    def checking(self):
+        """One check: this graph the default, the user's graph finalized, mirrored variables restored after."""
+        self._start_check()
+        self.checking_now = True
         try:
-            self._enter()
-        except BaseException:
-            self.stack.close()
-            raise
-        return self
-
-    def _enter(self) -> None:
-        stack = self.stack
-        stack.enter_context(self.graph.as_default())
-        stack.enter_context(
-            tf.compat.v1.variable_scope(
-                tf.compat.v1.get_variable_scope(),
-                reuse=tf.compat.v1.AUTO_REUSE,  # the check builds the forward several times
-                custom_getter=self._get_variable,
-            )
-        )
-        if not self.user_graph.finalized:
-            self.user_graph.finalize()
-            stack.callback(self.user_graph._unsafe_unfinalize)
-        registry = _gradient_registry()
-        registered = set(registry)
-        # Each graph-mode call of a custom-gradient op registers its gradient function for good; this graph goes.
-        stack.callback(lambda: _unregister([name for name in list(registry) if name not in registered]))
-        stack.callback(self._restore_user_variables)
-        stack.callback(self._close_sessions)
-
-    def __exit__(self, *exc_info) -> bool:
-        return self.stack.__exit__(*exc_info)
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(self.graph.as_default())
+                stack.enter_context(
+                    tf.compat.v1.variable_scope(
+                        tf.compat.v1.get_variable_scope(),
+                        reuse=tf.compat.v1.AUTO_REUSE,  # the forward is built more than once
+                        custom_getter=self._get_variable,
+                    )
+                )
+                if not self.user_graph.finalized:
+                    self.user_graph.finalize()
+                    stack.callback(self.user_graph._unsafe_unfinalize)
+                registry = _gradient_registry()
+                registered = set(registry)
+                # Each graph-mode call of a custom-gradient op registers its gradient function for good; what this
+                # check built has its gradients already.
+                stack.callback(lambda: _unregister([name for name in list(registry) if name not in registered]))
+                stack.callback(self._restore_user_variables)
+                stack.callback(self._close_scratch_sessions)
+                yield self
+        finally:
+            self.checking_now = False
 
     # -- values ---------------------------------------------------------------------
 
     def input_tensor(self, leaf: Any) -> Any:
-        """An example input as a placeholder of this graph, fed with its value in every run."""
+        """An example input as a placeholder of this graph, fed with its value in every run of this check."""
         if getattr(leaf, "graph", None) is self.graph:  # the check's own (a gradient, given to `to_tensors`)
             return tf.convert_to_tensor(leaf)
         if isinstance(leaf, (tf.Tensor, tf.Variable)):
@@ -415,7 +459,13 @@ class _Workspace:
         else:
             proto = tf.make_tensor_proto(leaf)
             value, dtype = tf.make_ndarray(proto), tf.as_dtype(proto.dtype)
-        placeholder = tf.compat.v1.placeholder(dtype, value.shape, name="example")
+        signature = (dtype.name, value.shape)
+        key = signature + (self.handed_out[signature],)
+        self.handed_out[signature] += 1
+        if key not in self.placeholders:
+            with self.graph.name_scope(None):
+                self.placeholders[key] = tf.compat.v1.placeholder(dtype, value.shape, name="example")
+        placeholder = self.placeholders[key]
         self.feeds[placeholder] = value
         self.known[_key(placeholder)] = value
         return placeholder
@@ -456,7 +506,12 @@ class _Workspace:
         return tensor
 
     def cast(self, value: Any, dtype: str) -> tf.Tensor:
-        tensor = tf.cast(value, dtype)
+        """`value` cast to `dtype`; the same tensor for the same input in every check (so what was built for it
+        is run again)."""
+        key = (_key(value), dtype)
+        if key not in self.casts:
+            self.casts[key] = tf.cast(value, dtype)
+        tensor = self.casts[key]
         if _key(value) in self.known:
             self.known[_key(tensor)] = self.known[_key(value)].astype(tensor.dtype.as_numpy_dtype)
         return tensor
@@ -479,12 +534,13 @@ class _Workspace:
 
     # -- running ----------------------------------------------------------------------
 
-    def built(self, kind: tuple, layout: Layout, build: Callable[[], tuple]) -> tuple:
-        """`build()` for this layout, built once per check: (placeholders, fetches)."""
+    def built(self, kind: tuple, layout: Layout, build: Callable[[], Any]) -> Any:
+        """`build()` for this layout, built once and kept for later checks."""
         key = kind + (layout.perturbable, tuple(map(id, layout.inputs)), tuple(map(id, layout.variables)))
+        key += (tuple(sorted((name, id(value)) for name, value in layout.kwargs.items())),)
         if key not in self.built_computations:
-            self.built_computations[key] = build()
-        return self.built_computations[key]
+            self.built_computations[key] = (build(), layout)  # the layout keeps the ids in the key alive
+        return self.built_computations[key][0]
 
     def run(self, fetches: Any, feeds: dict | None = None, perturbs: tuple = ()) -> Any:
         """One session.run of this graph, the example inputs fed. If it may perturb variables (`perturbs`) and
@@ -511,6 +567,7 @@ class _Workspace:
         for op in operations[self.scanned :]:
             predicate = op.inputs[0].shape if op.type in ("If", "StatelessIf") else None
             if predicate is not None and predicate.rank not in (None, 0):
+                self.refused = True
                 raise tf.errors.InvalidArgumentError(
                     None,
                     op,
@@ -522,10 +579,9 @@ class _Workspace:
                 )
         self.scanned = len(operations)
 
-    def _close_sessions(self) -> None:
-        for session in [self.session, *self.scratch_sessions.values()]:
-            if session is not None:
-                session.close()
+    def _close_scratch_sessions(self) -> None:
+        for session in self.scratch_sessions.values():
+            session.close()
 
     # -- the forward and its variables -----------------------------------------------
 
@@ -603,28 +659,31 @@ class _Workspace:
         return self.mirror(existing)
 
     def mirror(self, variable: Any) -> Any:
-        """Point the user's resource variable at a copy in this graph, holding the user's value, until the check
+        """Point the user's resource variable at its copy in this graph, set to the user's value, until the check
         ends; the same object, so tf.custom_gradient sees one variable, as in the user's graph."""
-        if _key(variable) in self.mirrors:
+        key = _key(variable)
+        if key in self.swapped:
             return variable
         value = self._user_value(variable)
-        with tf.init_scope(), self.graph.as_default(), self.graph.name_scope(None):
-            initial = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape, name="mirrored_value")
-            copy = resource_variable_ops.ResourceVariable(
-                initial_value=initial, name=variable.op.name, trainable=False, collections=[]
-            )
-        saved = {name: getattr(variable, name) for name in _MIRRORED_ATTRIBUTES}
-        self.mirrors[_key(variable)] = (variable, saved)
+        if key not in self.copies:
+            with tf.init_scope(), self.graph.as_default(), self.graph.name_scope(None):
+                initial = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape, name="mirrored_value")
+                copy = resource_variable_ops.ResourceVariable(
+                    initial_value=initial, name=variable.op.name, trainable=False, collections=[]
+                )
+            self.copies[key] = (copy, initial)
+            # tf.custom_gradient looks the variables it finds in the graph up by name in these collections.
+            self.graph.add_to_collection(_GLOBAL, variable)
+            if variable.trainable:
+                self.graph.add_to_collection(_TRAINABLE, variable)
+        copy, initial = self.copies[key]
+        self.swapped[key] = (variable, {name: getattr(variable, name) for name in _MIRRORED_ATTRIBUTES})
         self.mirrored_names[variable.op.name] = variable
         self.user_handles.add(_key(variable.handle))
         for name in _MIRRORED_ATTRIBUTES:
             setattr(variable, name, getattr(copy, name))
-        # tf.custom_gradient looks the variables it finds in the graph up by name in these collections.
-        self.graph.add_to_collection(_GLOBAL, variable)
-        if variable.trainable:
-            self.graph.add_to_collection(_TRAINABLE, variable)
         self.pending_mirrors.append((copy.initializer, initial, value))
-        self.known[_key(variable)] = value
+        self.known[key] = value
         return variable
 
     def _user_value(self, variable: Any) -> np.ndarray:
@@ -646,14 +705,14 @@ class _Workspace:
             ) from None
 
     def _restore_user_variables(self) -> None:
-        for variable, saved in self.mirrors.values():
+        for variable, saved in self.swapped.values():
             for name, value in saved.items():
                 setattr(variable, name, value)
 
     def _initialise_variables(self) -> None:
-        """Initialise the mirrors with the user's values and the variables the op created in this graph, noting the
-        latter's values: one run, before the first run that needs them."""
-        fresh = [v for v in self._variables() if _key(v) not in self.initialised and _key(v) not in self.mirrors]
+        """Set the copies to the user's values and initialise the variables the op created in this graph, noting
+        the latter's values: one run, before the first run that needs them."""
+        fresh = [v for v in self._variables() if _key(v) not in self.private_values and _key(v) not in self.copies]
         if not fresh and not self.pending_mirrors:
             return
         initializers = [v.initializer for v in fresh] + [initializer for initializer, _, _ in self.pending_mirrors]
@@ -664,15 +723,15 @@ class _Workspace:
         )[0]
         self.pending_mirrors = []
         for variable, value in zip(fresh, values):
-            self.initialised.add(_key(variable))
-            self.known[_key(variable)] = value
+            self.private_values[_key(variable)] = self.known[_key(variable)] = value
 
     def _restore_variables(self, variables: tuple) -> None:
         """Put the variables back to their values at the example point (after a run that failed midway)."""
-        if self.restorer is None:
+        key = tuple(map(_key, variables))
+        if key not in self.restorers:
             values = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in variables]
-            self.restorer = (values, [v.assign(value, read_value=False) for v, value in zip(variables, values)])
-        values, assignments = self.restorer
+            self.restorers[key] = (values, [v.assign(value, read_value=False) for v, value in zip(variables, values)])
+        values, assignments = self.restorers[key]
         self._session().run(assignments, {p: self.known[_key(v)] for p, v in zip(values, variables)})
 
 
