@@ -495,7 +495,7 @@ def test_projection_mode_locates_a_wrong_element_of_an_input_and_of_a_variable()
     ]
 
 
-def test_second_order_in_graph_mode():
+def test_second_order_in_graph_mode_and_keras_refused_with_a_reason():
     result = in_script(
         """
         def softplus(stop):
@@ -509,10 +509,16 @@ def test_second_order_in_graph_mode():
 
         x = np.array([0.5, -1.0], np.float32)
         RESULT = {stop: gradmagic.check(softplus(stop), x, order=2).to_dict() for stop in ("", "stop")}
+        import gradmagic.errors
+        try:
+            gradmagic.check(lambda x: (x, lambda dy: dy), x, framework="keras")
+        except gradmagic.errors.GradmagicError as error:
+            RESULT["keras"] = str(error)
         """
     )
     assert Report.from_dict(result[""]).ok
     assert codes(Report.from_dict(result["stop"])) == ["second-order-mismatch"]
+    assert result["keras"].startswith("Keras 3 needs TensorFlow's eager execution, which is disabled here")
 
 
 def test_inside_a_graph_context_of_an_eager_process_the_check_runs_in_graph_mode(nb):

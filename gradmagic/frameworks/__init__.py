@@ -82,4 +82,13 @@ def get_adapter(name: str) -> Adapter:
         ) from None
     if known.graph_module is not None and not module.executes_eagerly():
         return importlib.import_module(known.graph_module).ADAPTER
+    if (
+        module.ADAPTER.backend == "tensorflow"
+        and not importlib.import_module(_KNOWN["tensorflow"].module).executes_eagerly()
+    ):
+        raise FrameworkUnavailable(
+            "Keras 3 needs TensorFlow's eager execution, which is disabled here (TensorFlow 1's graph mode, "
+            "tf.compat.v1.disable_eager_execution()). gradmagic checks tf.custom_gradient ops in graph mode: "
+            "use %%custom_gradient without --keras, or framework='tensorflow'."
+        )
     return module.ADAPTER
