@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from gradmagic import inputs as example_inputs
 from gradmagic.errors import InputError
+from gradmagic.frameworks import get_adapter
 from gradmagic.magic_line import split_words
 from gradmagic.render import PROGRESS_AFTER
 from gradmagic.report import MIME_TYPE, Report
@@ -58,7 +59,9 @@ class CheckContext:
         if examples:
             signature = inspect.signature(self.op)
             example_inputs.check_names(examples, signature, getattr(self.op, "__name__", "op"))
-            arguments = example_inputs.bind(signature, example_inputs.evaluate(examples, _user_namespace()))
+            with get_adapter(self.framework).example_scope():
+                values = example_inputs.evaluate(examples, _user_namespace())
+            arguments = example_inputs.bind(signature, values)
         elif self.arguments is not None:
             arguments = self.arguments
         else:

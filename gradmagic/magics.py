@@ -273,7 +273,8 @@ class GradientMagics(Magics):
                 namespace[compiled.name] = op
                 arguments = None
                 if run_check and examples:
-                    values = example_inputs.evaluate(examples, namespace)
+                    with adapter.example_scope():
+                        values = example_inputs.evaluate(examples, namespace)
                     arguments = example_inputs.bind(signature, values)
         except GradmagicError as error:
             raise UsageError(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
@@ -364,8 +365,9 @@ class GradientMagics(Magics):
             raise GradmagicError(f"Give example inputs: `%{magic_name} {options.op} x=EXPR ...`.")
         signature = _signature_of(op, options.op)
         example_inputs.check_names(examples, signature, options.op)
-        arguments = example_inputs.bind(signature, example_inputs.evaluate(examples, self.shell.user_ns))
-        return op, info, examples, arguments
+        with frameworks.get_adapter(info.framework if info else self.framework).example_scope():
+            values = example_inputs.evaluate(examples, self.shell.user_ns)
+        return op, info, examples, example_inputs.bind(signature, values)
 
     def _parse(self, magic, line: str):
         try:

@@ -19,7 +19,7 @@ import numpy as np
 
 from gradmagic.checking import numeric, portability, projection, surrogate
 from gradmagic.checking.graph import build_graph
-from gradmagic.checking.structure import CheckInputs, Findings, check_structure, name_inputs
+from gradmagic.checking.structure import CheckInputs, Findings, check_structure, error_text, name_inputs
 from gradmagic.checking.sweep import sweep_along
 from gradmagic.checking.wording import wording_for
 from gradmagic.frameworks import get_adapter
@@ -81,12 +81,19 @@ def check(
     no gradient). `options` are the fields of `CheckOptions`. `progress`, if
     given, is called with the fraction done (0 to 1) and the phase starting.
     """
+    adapter = get_adapter(framework)
+    target = adapter.resolve(op)
+    with adapter.check_scope(target):  # graph mode: the check builds and runs in a graph and session of the op's own
+        return _check(adapter, op, target, args, kwargs, progress, options)
+
+
+def _check(
+    adapter: Adapter, op: Callable, target: Target, args: tuple, kwargs: dict | None, progress, options: dict
+) -> Report:
     started = time.perf_counter()
     step = progress or (lambda fraction, phase: None)
     step(0.0, "structure")
     settings = CheckOptions(**options)
-    adapter = get_adapter(framework)
-    target = adapter.resolve(op)
     source = _source_label(target.filename)
     findings = Findings(target, wording_for(adapter), source)
     timings: dict[str, float] = {}
@@ -96,7 +103,7 @@ def check(
         adapter.name,
         adapter.version,
         target.origin,
-        "eager",
+        adapter.mode,
         source,
         adapter.backend,
     )
@@ -255,15 +262,16 @@ def _gradient_graph(
 
 def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, trial, findings: Findings) -> None:
     """The decorated op through the framework's gradient machinery, compiled, against the eager trial."""
-    compiled = findings.wording.compiled
+    compiled, direct = findings.wording.compiled, findings.wording.direct
     try:
         graph_outputs, graph_gradients = adapter.decorated_gradients(target, layout, trial.upstreams)
     except Exception as error:  # TensorFlow's own error about the user's op
         cause = _cause(error)
-        advice = "Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph cannot."
+        advice = findings.wording.traced_advice
         if "keywords arguments only when eager" in cause:
+            where = "inside tf.function" if adapter.mode == "eager" else "in graph mode"
             advice = (
-                "tf.custom_gradient refuses keyword arguments inside tf.function: pass them by position, or "
+                f"tf.custom_gradient refuses keyword arguments {where}: pass them by position, or "
                 "make the op with %%custom_gradient, whose op accepts them."
             )
         elif "positional-only arguments" in cause or "forward() got an unexpected keyword argument" in cause:
@@ -277,8 +285,8 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
         findings.add(
             "graph-mismatch",
             "error",
-            f"`{target.name}` works eagerly but taking its gradient {compiled} fails: "
-            f"{type(error).__name__}: {cause} {advice}",
+            f"`{target.name}` works {direct} but taking its gradient {compiled} fails: "
+            f"{type(error).__name__}: {cause} {advice}".rstrip(),
         )
         return
     eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
@@ -292,7 +300,7 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
                 findings.add(
                     "graph-mismatch",
                     "error",
-                    f"`{target.name}` gives a different {what} (#{position}) eagerly and {compiled}: "
+                    f"`{target.name}` gives a different {what} (#{position}) {direct} and {compiled}: "
                     f"largest difference {np.nanmax(np.abs(value - in_graph)):.3g}. Python-side state or "
                     "randomness in the op behaves differently when traced.",
                 )
@@ -301,7 +309,7 @@ def _compare_eager_and_traced(adapter: Adapter, target: Target, layout: Layout, 
 
 def _cause(error: Exception) -> str:
     """The sentence that says what went wrong; TensorFlow puts it last, after 'in user code:' and frames."""
-    text = str(error)
+    text = error_text(error)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip() and not line.strip().startswith("[[")]
     if ("in user code:" in text or "Graph execution error" in text) and lines:
         return lines[-1]

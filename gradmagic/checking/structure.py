@@ -12,13 +12,14 @@ from __future__ import annotations
 import ast
 import inspect
 import linecache
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gradmagic.checking.wording import Wording, backend_name
-from gradmagic.frameworks.base import Adapter, Target, TensorMeta
+from gradmagic.frameworks.base import Adapter, OpProblem, Target, TensorMeta
 from gradmagic.report import Location, Problem, Surrogate, TensorRow
 
 #: How many element indices a message lists.
@@ -103,6 +104,9 @@ def check_structure(
         result, variables = adapter.run_recording_variables(
             lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves
         )
+    except OpProblem as found:  # a mistake the framework reports far away, or not at all, found by the adapter
+        findings.add(found.code, "error", found.message, line=_line_of(found, target))
+        return None
     except Exception as error:  # the user's forward: any exception is a finding
         findings.add(
             "forward-error", "error", _raised("forward", target, error, findings.wording), line=_line_of(error, target)
@@ -189,7 +193,7 @@ def check_structure(
     if adapter.backend is not None and not _accepts_call(grad_fn, arguments, keywords, findings, adapter, target):
         return None
     try:
-        returned = grad_fn(*arguments, **keywords)
+        returned = adapter.call_gradient(grad_fn, arguments, keywords)
     except Exception as error:  # the user's gradient function
         findings.add(
             "grad-error",
@@ -525,6 +529,9 @@ def _accepts_variables(grad_fn: Any) -> bool:
     return any(p.name == "variables" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
+# TensorFlow 1's tf.cond (tf.compat.v1.disable_v2_behavior()) on a vector, when the graph is built.
+_VECTOR_COND_V1 = re.compile(r"Shape must be rank 0 but is rank \d+ for '\{\{node [^}]*Switch\}\}")
+
 # What the frameworks say when a Python `if` meets a tensor of several elements (or a traced one).
 _AMBIGUOUS_TRUTH = (
     "truth value of an array",  # NumPy, eager TensorFlow and JAX
@@ -539,7 +546,7 @@ def _raised(
 ) -> str:
     message = f"The {what} of `{target.name}` raised {type(error).__name__}: {_first_lines(error)}"
     text = str(error)
-    if any(phrase in text for phrase in _AMBIGUOUS_TRUTH):
+    if any(phrase in text for phrase in _AMBIGUOUS_TRUTH) or _VECTOR_COND_V1.search(text):
         message += (
             " A Python `if` (or `tf.cond`) needs a scalar predicate; for an element-wise choice use "
             f"`{wording.where}(condition, a, b)`, which also keeps the gradient element-wise."
@@ -552,20 +559,35 @@ def _raised(
     return message
 
 
+def error_text(error: Exception) -> str:
+    """The error's message: for a TensorFlow error raised by a graph that ran, without the stack that created the
+    failing op (which `str` appends)."""
+    message = getattr(error, "message", None)
+    return message if isinstance(message, str) else str(error)
+
+
 def _first_lines(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
+    lines = error_text(error).strip().splitlines()
     text = " ".join(lines[:3]) + (" ..." if len(lines) > 3 else "")
     return text if text.endswith((".", "...", "!", "?")) else text + "."
 
 
 def _line_of(error: Exception, target: Target) -> int | None:
-    """The deepest line of the user's source (the cell) in the exception's traceback."""
+    """The deepest line of the user's source (the cell) in the exception's traceback.
+
+    An error raised when a graph runs, not where the user's code is, names the
+    graph operation that failed: then the line that created that operation.
+    """
     line = None
     traceback = error.__traceback__
     while traceback is not None:
         if traceback.tb_frame.f_code.co_filename == target.filename:
             line = traceback.tb_lineno
         traceback = traceback.tb_next
+    if line is None:
+        frames = getattr(getattr(error, "op", None), "traceback", None) or ()
+        lines = [frame.lineno for frame in frames if frame.filename == target.filename]
+        line = lines[-1] if lines else None
     return line
 
 

@@ -26,10 +26,32 @@ class Wording:
     stop_gradient: str
     #: Why a gradient function may not differentiate on this backend, added to second-order mismatches.
     second_order: str = ""
+    #: How the structure checks ran the op, against which `compiled` is compared.
+    direct: str = "eagerly"
+    #: Advice when the op works `direct`ly but its gradient fails `compiled`.
+    traced_advice: str = (
+        "Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph cannot."
+    )
 
 
 def wording_for(adapter: Adapter) -> Wording:
     """The wording of messages about ops of `adapter`."""
+    if adapter.mode == "graph":  # TensorFlow 1: every call builds into a graph, run in a tf.compat.v1 Session
+        return Wording(
+            "TensorFlow",
+            adapter.decorator,
+            "TensorFlow's own gradient (tf.gradients)",
+            "in a tf.compat.v1 Session",
+            "tf.zeros_like",
+            "tf.cast",
+            "tf.reduce_sum",
+            "tf.reshape",
+            "tf.where",
+            "tf.math.softplus",
+            "tf.stop_gradient",
+            direct="when gradmagic calls it and its gradient function itself",
+            traced_advice="",
+        )
     if adapter.backend is None:
         return Wording(
             "TensorFlow",

@@ -21,10 +21,19 @@ class _Known:
     package: str  # the framework's top-level import name
     display_name: str
     extra: str  # gradmagic's extra that installs it
+    # The adapter module for TensorFlow 1's graph mode, used where the framework builds graphs instead of running
+    # ops eagerly (the adapter module then has `executes_eagerly()`).
+    graph_module: str | None = None
 
 
 _KNOWN = {
-    "tensorflow": _Known("gradmagic.frameworks.tensorflow", "tensorflow", "TensorFlow", "tensorflow"),
+    "tensorflow": _Known(
+        "gradmagic.frameworks.tensorflow",
+        "tensorflow",
+        "TensorFlow",
+        "tensorflow",
+        graph_module="gradmagic.frameworks.tensorflow_graph",
+    ),
     # Keras 3 on the backend it was imported with (KERAS_BACKEND): TensorFlow, JAX or PyTorch.
     "keras": _Known("gradmagic.frameworks.keras", "keras", "Keras 3", "tensorflow"),
 }
@@ -37,7 +46,12 @@ NAMES = tuple(_KNOWN)
 
 
 def get_adapter(name: str) -> Adapter:
-    """Return the adapter of framework `name`, importing the framework on first use."""
+    """Return the adapter of framework `name`, importing the framework on first use.
+
+    TensorFlow gets the graph-mode adapter where it builds graphs rather than
+    running ops eagerly: after `tf.compat.v1.disable_eager_execution()`, or
+    inside `with tf.Graph().as_default():`.
+    """
     known = _KNOWN[name]
     try:
         module = importlib.import_module(known.module)
@@ -66,4 +80,15 @@ def get_adapter(name: str) -> Adapter:
             f"{known.display_name} is installed but fails to import ({type(error).__name__}: {error}); "
             f"try `import {known.package}` in a cell to see the full error."
         ) from None
+    if known.graph_module is not None and not module.executes_eagerly():
+        return importlib.import_module(known.graph_module).ADAPTER
+    if (
+        module.ADAPTER.backend == "tensorflow"
+        and not importlib.import_module(_KNOWN["tensorflow"].module).executes_eagerly()
+    ):
+        raise FrameworkUnavailable(
+            "Keras 3 needs TensorFlow's eager execution, which is disabled here (TensorFlow 1's graph mode, "
+            "tf.compat.v1.disable_eager_execution()). gradmagic checks tf.custom_gradient ops in graph mode: "
+            "use %%custom_gradient without --keras, or framework='tensorflow'."
+        )
     return module.ADAPTER

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 import numpy as np
 
@@ -118,6 +119,20 @@ class RawGraph:
     gradients: tuple[tuple[str, int], ...]  # the downstream gradients: perturbable inputs, then variables
 
 
+class OpProblem(Exception):
+    """A mistake in the user's op that the framework adapter found, raised while running the forward.
+
+    The structure checks turn it into a problem with this code; `op`, a graph
+    operation the mistake made (if any), locates it in the user's source.
+    """
+
+    def __init__(self, code: str, message: str, op: Any = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.op = op
+
+
 class Prober(Protocol):
     """Measurements for one projection-mode check (see `Adapter.prober`)."""
 
@@ -158,6 +173,24 @@ class Adapter(Protocol):
     autodiff: str
     #: Where the compiled calls run, as users know it: "tf.function", "jax.jit", "eager PyTorch".
     compiled: str
+    #: How the op runs: "eager" (ops run as they are called; batches in compiled calls) or "graph"
+    #: (TensorFlow 1's graph mode: ops are built into a graph, then run in a tf.compat.v1 Session).
+    mode: str
+
+    def check_scope(self, target: Target) -> ContextManager[None]:
+        """The context one check of `target` runs in: `check` asks everything else of the adapter inside it.
+
+        Graph mode builds in a graph and session of the op's own there (kept
+        for its later checks), and restores what it touched on the way out;
+        eager frameworks need nothing.
+        """
+
+    def example_scope(self) -> ContextManager[None]:
+        """The context the magics evaluate example inputs (`ARG=EXPR`) in.
+
+        Graph mode: a graph of their own, so that `x=tf.constant(...)` adds
+        nothing to the user's graph, however often it is evaluated again.
+        """
 
     def decorate(self, function: Callable) -> Callable:
         """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""
@@ -184,7 +217,12 @@ class Adapter(Protocol):
         """A tensor or variable as a NumPy array."""
 
     def run_recording_variables(self, call: Callable[[], Any], exclude: list) -> tuple[Any, list]:
-        """Run `call()` eagerly; return its result and the variables it read (minus `exclude`)."""
+        """Run `call()` (eagerly; in graph mode: build it and run it); return its result and the variables it read
+        (minus `exclude`), in the order the framework passes them to the gradient function."""
+
+    def call_gradient(self, grad_fn: Callable, args: list, kwargs: dict) -> Any:
+        """What `grad_fn(*args, **kwargs)` returns, computed: errors the gradient function raises only when its ops
+        run (graph mode) are raised here."""
 
     def narrows_float64(self, call: Callable[[], Any]) -> bool:
         """Whether `call()` (the forward on float64 inputs) computes some float64 value in a narrower dtype inside.
@@ -244,3 +282,18 @@ class Adapter(Protocol):
     ) -> Prober:
         """A projection-mode prober for the probes' sign rows (int8 +-1, [probes, N]) and a random upstream
         vector over `outputs` floating output elements, drawn from `seed`."""
+
+
+class EagerExecution:
+    """What an adapter whose ops run eagerly does for the graph-mode parts of `Adapter`: nothing special."""
+
+    mode = "eager"
+
+    def check_scope(self, target: Target) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def example_scope(self) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def call_gradient(self, grad_fn: Callable, args: list, kwargs: dict) -> Any:
+        return grad_fn(*args, **kwargs)

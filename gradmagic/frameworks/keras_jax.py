@@ -26,6 +26,7 @@ from jax import tree_util
 from jax.extend import core as jax_core
 
 from gradmagic.frameworks.base import (
+    EagerExecution,
     FullJacobians,
     GradientConvention,
     Layout,
@@ -66,7 +67,7 @@ _NAMED_CALLS = {"pjit", "jit"}
 _PASSTHROUGH = {"copy", "copy_p"}
 
 
-class KerasJaxAdapter:
+class KerasJaxAdapter(EagerExecution):
     """`keras.ops.custom_gradient` ops on Keras 3's JAX backend, checked through `jax.vjp` inside `jax.jit`."""
 
     name = "keras"

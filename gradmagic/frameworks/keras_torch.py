@@ -29,6 +29,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradmagic.frameworks.base import (
+    EagerExecution,
     FullJacobians,
     GradientConvention,
     Layout,
@@ -58,7 +59,7 @@ _KERAS_OP = type(keras.ops.custom_gradient(lambda: None))
 _NO_VMAP = "no-vmap"
 
 
-class KerasTorchAdapter:
+class KerasTorchAdapter(EagerExecution):
     """`keras.ops.custom_gradient` ops on Keras 3's PyTorch backend, checked through `torch.autograd`."""
 
     name = "keras"

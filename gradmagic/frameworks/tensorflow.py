@@ -19,6 +19,7 @@ from tensorflow.python.framework import ops as tf_ops  # for the gradient regist
 from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
 
 from gradmagic.frameworks.base import (
+    EagerExecution,
     FullJacobians,
     GradientConvention,
     Layout,
@@ -30,7 +31,12 @@ from gradmagic.frameworks.base import (
 )
 
 
-class TensorFlowAdapter:
+def executes_eagerly() -> bool:
+    """Whether TensorFlow runs ops as they are called here (else it builds graphs: TensorFlow 1's graph mode)."""
+    return tf.executing_eagerly()
+
+
+class TensorFlowAdapter(EagerExecution):
     """`tf.custom_gradient` ops, called eagerly or inside `tf.function`."""
 
     name = "tensorflow"
@@ -309,7 +315,7 @@ class TensorFlowAdapter:
     def initial_vector(self, layout: Layout) -> np.ndarray:
         """z: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
         parts = [np.ravel(self.to_numpy(layout.inputs[k])) for k in layout.perturbable]
-        parts += [np.ravel(v.numpy()) for v in layout.variables]
+        parts += [np.ravel(self.to_numpy(v)) for v in layout.variables]
         dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.float32
         return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
 
@@ -416,9 +422,12 @@ class TensorFlowProber:
 _PASSTHROUGH = {"Identity", "IdentityN", "ReadVariableOp"}
 
 
-def _raw_op(op, filename: str | None, placeholders: dict, variables: dict) -> RawOp:
-    """An op of a traced graph in neutral terms (see RawOp)."""
-    scope = op.name.split("/")[0] if op.name.split("/")[0] in ("forward", "backward") else None
+_SCOPES = {"forward": "forward", "backward": "backward"}
+
+
+def _raw_op(op, filename: str | None, placeholders: dict, variables: dict, scopes: dict = _SCOPES) -> RawOp:
+    """An op of a traced graph in neutral terms (see RawOp); `scopes` maps top-level name scopes to passes."""
+    scope = scopes.get(op.name.split("/")[0])
     label = ""
     outputs = tuple((tuple(t.shape.as_list()) if t.shape.rank is not None else (), t.dtype.name) for t in op.outputs)
     if op.name in placeholders:
@@ -777,14 +786,20 @@ def _z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:
 
 def _leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> list:
     """The input leaves at the point z; the variables are assigned from z's tail."""
+    leaves, offset = _input_leaves_at(layout, inputs, z)
+    _assign_variables(layout, z, offset)
+    return leaves
+
+
+def _input_leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> tuple[list, int]:
+    """The input leaves at the point z, and where z's tail (the variables) starts."""
     leaves = list(inputs)
     offset = 0
     for k in layout.perturbable:
         size = int(np.prod(inputs[k].shape))
         leaves[k] = tf.cast(tf.reshape(z[offset : offset + size], inputs[k].shape), inputs[k].dtype)
         offset += size
-    _assign_variables(layout, z, offset)
-    return leaves
+    return leaves, offset
 
 
 def _forward_vector(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
