@@ -101,7 +101,12 @@ _contexts: OrderedDict[int, tuple[weakref.ref, CheckContext]] = OrderedDict()
 
 
 def _remember(report: Report, context: CheckContext) -> None:
+    # A freed report's context can never be asked for again, and it holds the op: drop it now. Its id may also be
+    # given to a new report, whose entry must then count as the newest, not take the old one's place in line.
+    for key in [key for key, (reference, _) in _contexts.items() if reference() is None]:
+        del _contexts[key]
     _contexts[id(report)] = (weakref.ref(report), context)
+    _contexts.move_to_end(id(report))
     while len(_contexts) > KEPT_CONTEXTS:
         _contexts.popitem(last=False)
 

@@ -376,6 +376,7 @@ def images_of(report: Report) -> ReportImages:
         return entry[1]
     images = ReportImages(report)
     _recent[key] = (weakref.ref(report), images)
+    _recent.move_to_end(key)  # an id reused by a new report: the entry is the newest, not in the old one's place
     while len(_recent) > KEPT:
         _recent.popitem(last=False)
     return images
