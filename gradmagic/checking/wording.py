@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gradmagic.frameworks.base import Adapter
@@ -36,24 +37,8 @@ class Wording:
 
 def wording_for(adapter: Adapter) -> Wording:
     """The wording of messages about ops of `adapter`."""
-    if adapter.mode == "graph":  # TensorFlow 1: every call builds into a graph, run in a tf.compat.v1 Session
-        return Wording(
-            "TensorFlow",
-            adapter.decorator,
-            "TensorFlow's own gradient (tf.gradients)",
-            "in a tf.compat.v1 Session",
-            "tf.zeros_like",
-            "tf.cast",
-            "tf.reduce_sum",
-            "tf.reshape",
-            "tf.where",
-            "tf.math.softplus",
-            "tf.stop_gradient",
-            direct="when gradmagic calls it and its gradient function itself",
-            traced_advice="",
-        )
     if adapter.backend is None:
-        return Wording(
+        tensorflow = Wording(
             "TensorFlow",
             adapter.decorator,
             "TensorFlow's own gradient",
@@ -66,6 +51,15 @@ def wording_for(adapter: Adapter) -> Wording:
             "tf.math.softplus",
             "tf.stop_gradient",
         )
+        if adapter.mode == "graph":  # TensorFlow 1: every call builds into a graph, run in a tf.compat.v1 Session
+            return dataclasses.replace(
+                tensorflow,
+                autodiff="TensorFlow's own gradient (tf.gradients)",
+                compiled="in a tf.compat.v1 Session",
+                direct="when gradmagic calls it and its gradient function itself",
+                traced_advice="",
+            )
+        return tensorflow
     backend = backend_name(adapter.backend)
     return Wording(
         f"Keras on {backend}",

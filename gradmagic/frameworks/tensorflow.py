@@ -178,10 +178,7 @@ class TensorFlowAdapter(EagerExecution):
     def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
         def compute(inputs, z, steps):
             custom = _jacobian(layout, inputs, target.op)
-            try:
-                autodiff = _jacobian(layout, inputs, _plain(target))
-            except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
-                autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
+            autodiff = _autodiff_or_nan(lambda: _jacobian(layout, inputs, _plain(target)), custom)
             evaluations = tf.zeros([0, 0], z.dtype)
             if with_differences:
                 identity = tf.linalg.diag(steps)
@@ -287,10 +284,10 @@ class TensorFlowAdapter(EagerExecution):
             def at(point):
                 leaves = _leaves_at(layout, inputs, point)
                 values, custom = _outputs_and_vjp(layout, leaves, target.op, one_hot, points.dtype)
-                try:
-                    autodiff = _outputs_and_vjp(layout, leaves, _plain(target), one_hot, points.dtype)[1][column]
-                except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
-                    autodiff = tf.constant(np.nan, points.dtype)
+                autodiff = _autodiff_or_nan(
+                    lambda: _outputs_and_vjp(layout, leaves, _plain(target), one_hot, points.dtype)[1][column],
+                    custom[column],
+                )
                 return tf.stack([values[row], custom[column], autodiff])
 
             results = _map(layout, at, points)
@@ -468,11 +465,7 @@ def _unless_all_nan(autodiff: np.ndarray) -> np.ndarray | None:
 def _custom_and_autodiff_vjps(layout: Layout, target: Target) -> Callable:
     def compute(inputs, upstream):
         custom = _vjp(layout, inputs, target.op, upstream)
-        try:
-            autodiff = _vjp(layout, inputs, _plain(target), upstream)
-        except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
-            autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
-        return custom, autodiff
+        return custom, _autodiff_or_nan(lambda: _vjp(layout, inputs, _plain(target), upstream), custom)
 
     return compute
 
@@ -755,6 +748,14 @@ def _jacobian(layout: Layout, inputs: list, forward: Callable) -> tf.Tensor:
         )
     size = tf.size(flat)
     return tf.concat([tf.cast(tf.reshape(block, [size, -1]), dtype) for block in blocks], axis=1)
+
+
+def _autodiff_or_nan(autodiff: Callable[[], tf.Tensor], like: tf.Tensor) -> tf.Tensor:
+    """`autodiff()`, or NaN shaped like `like` when the forward has ops without a registered gradient."""
+    try:
+        return autodiff()
+    except (LookupError, TypeError, ValueError):
+        return tf.fill(tf.shape(like), tf.constant(np.nan, like.dtype))
 
 
 def _vjp(layout: Layout, inputs: list, forward: Callable, upstream: tf.Tensor) -> tf.Tensor:

@@ -52,6 +52,7 @@ from tensorflow.python.ops import resource_variable_ops
 from gradmagic.frameworks.base import FullJacobians, Layout, OpProblem, Projections, RawGraph, Target, TensorMeta
 from gradmagic.frameworks.tensorflow import (
     TensorFlowAdapter,
+    _autodiff_or_nan,
     _cache_of,
     _flat_outputs,
     _gradient_registry,
@@ -176,10 +177,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
             at = tf.compat.v1.placeholder(z.dtype, [z.size], name="z")
             step_sizes = tf.compat.v1.placeholder(z.dtype, [z.size], name="steps")
             custom = _jacobian(layout, inputs, target.op)
-            try:
-                autodiff = _jacobian(layout, inputs, _plain(target))
-            except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
-                autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
+            autodiff = _autodiff_or_nan(lambda: _jacobian(layout, inputs, _plain(target)), custom)
             evaluations = tf.zeros([0, 0], z.dtype)
             if with_differences:
                 identity = tf.linalg.diag(step_sizes)
@@ -292,10 +290,10 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
 
             def evaluate(leaves):
                 values, custom = _outputs_and_vjp(layout, leaves, target.op, one_hot, dtype)
-                try:
-                    autodiff = _outputs_and_vjp(layout, leaves, _plain(target), one_hot, dtype)[1][column_index]
-                except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
-                    autodiff = tf.constant(np.nan, dtype)
+                autodiff = _autodiff_or_nan(
+                    lambda: _outputs_and_vjp(layout, leaves, _plain(target), one_hot, dtype)[1][column_index],
+                    custom[column_index],
+                )
                 return tf.stack([values[row_index], custom[column_index], autodiff])
 
             return (at, rows, row_index, column_index), _along(layout, list(layout.inputs), rows, at, evaluate)
@@ -883,11 +881,7 @@ def _jacobian(layout: Layout, inputs: list, forward: Callable) -> tf.Tensor:
 def _custom_and_autodiff_vjps(target: Target, layout: Layout, upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     inputs = list(layout.inputs)
     custom = _vjp(layout, inputs, target.op, upstream)
-    try:
-        autodiff = _vjp(layout, inputs, _plain(target), upstream)
-    except (LookupError, TypeError, ValueError):  # the forward has ops without gradient
-        autodiff = tf.fill(tf.shape(custom), tf.constant(np.nan, custom.dtype))
-    return custom, autodiff
+    return custom, _autodiff_or_nan(lambda: _vjp(layout, inputs, _plain(target), upstream), custom)
 
 
 def _projections(target: Target, layout: Layout, dtype: np.dtype, size: int, with_rounding: bool) -> tuple:
