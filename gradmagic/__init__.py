@@ -16,6 +16,8 @@ Loading the extension imports no framework: TensorFlow is imported the first
 time a magic needs it.
 """
 
+import sys
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -30,11 +32,11 @@ __all__ = [
 ]
 
 _LAZY = {
-    "check": "gradmagic.live",
-    "widget": "gradmagic.live",
-    "assert_gradient": "gradmagic.checking",
-    "gradient_graph": "gradmagic.checking",
-    "CheckOptions": "gradmagic.checking",
+    "check": "gradmagic.api",
+    "assert_gradient": "gradmagic.api",
+    "gradient_graph": "gradmagic.api",
+    "widget": "gradmagic.notebook.display",
+    "CheckOptions": "gradmagic.checking.options",
     "Report": "gradmagic.report",
 }
 
@@ -55,19 +57,46 @@ def _jupyter_labextension_paths():
 
 def load_ipython_extension(ipython):
     """Register gradmagic's magics (``%load_ext gradmagic``); loading twice is harmless."""
-    from gradmagic.live import cell_starts
     from gradmagic.magics import GradientMagics
+    from gradmagic.notebook.cell_widgets import cell_starts
 
     if GradientMagics.__name__ not in ipython.magics_manager.registry:
         ipython.register_magics(GradientMagics)
         ipython.events.register("pre_run_cell", cell_starts)
+    _register_display(ipython)
 
 
 def unload_ipython_extension(ipython):
     """Remove gradmagic's magics (``%unload_ext gradmagic``)."""
-    from gradmagic.live import cell_starts
     from gradmagic.magics import GradientMagics
+    from gradmagic.notebook.cell_widgets import cell_starts
 
     GradientMagics.unregister(ipython)
     if cell_starts in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.unregister("pre_run_cell", cell_starts)
+
+
+def _register_display(shell) -> None:
+    """Reports and gradient graphs display through `gradmagic.notebook.display` in `shell`, imported when the first
+    one shows (the Report itself is plain data: how it shows is IPython's formatters' business)."""
+    formatter = getattr(getattr(shell, "display_formatter", None), "mimebundle_formatter", None)
+    if formatter is not None:
+        formatter.for_type_by_name("gradmagic.report", "Report", _report_bundle)
+        formatter.for_type_by_name("gradmagic.report", "Graph", _graph_bundle)
+
+
+def _report_bundle(report):
+    from gradmagic.notebook.display import report_bundle
+
+    return report_bundle(report)
+
+
+def _graph_bundle(graph):
+    from gradmagic.notebook.display import graph_bundle
+
+    return graph_bundle(graph)
+
+
+# In a running IPython (a notebook that imports gradmagic without loading the extension), Reports show there too.
+if "IPython" in sys.modules:
+    _register_display(sys.modules["IPython"].get_ipython())

@@ -22,3 +22,7 @@ class InputError(GradmagicError):
 
 class FrameworkUnavailable(GradmagicError):
     """The framework that would decorate the op is not installed or fails to import."""
+
+
+class OptionError(GradmagicError, ValueError):
+    """An option of a check has a value it cannot take (the message names the option)."""

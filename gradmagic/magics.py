@@ -20,9 +20,13 @@ from traitlets import Bool, Enum, Float, Int
 
 from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
-from gradmagic.errors import GradmagicError
+from gradmagic.checking.options import CheckOptions
+from gradmagic.errors import GradmagicError, OptionError
 from gradmagic.magic_line import split_words
 from gradmagic.op import OpInfo, attach, info_of
+
+#: The check options' defaults, which the `%config` traits start from.
+_DEFAULTS = CheckOptions()
 
 
 def _check_arguments(magic):
@@ -87,43 +91,49 @@ class GradientMagics(Magics):
     )
     quiet = Bool(False, config=True, help="Display nothing when an op is defined and its check passes.")
     rtol = Float(
-        None,
+        _DEFAULTS.rtol,
         allow_none=True,
         config=True,
         help="Relative tolerance of the finite-difference comparison (None: by dtype, 1e-5 in float64).",
     )
     atol = Float(
-        None,
+        _DEFAULTS.atol,
         allow_none=True,
         config=True,
         help="Absolute tolerance of the finite-difference comparison (None: by dtype, 1e-8 in float64).",
     )
     eps = Float(
-        None,
+        _DEFAULTS.eps,
         allow_none=True,
         config=True,
         help="Relative finite-difference step (None: machine epsilon ** (1/3) of the dtype).",
     )
     full_threshold = Int(
-        2000,
+        _DEFAULTS.full_threshold,
         config=True,
         help="Up to this many input elements, dense Jacobians are compared; above, random projections.",
     )
-    probes = Int(4, config=True, help="Random directions in projection mode.")
-    order = Int(1, config=True, help="2: also check the derivative of the custom gradient (what nested tapes use).")
-    graph = Bool(
-        True, config=True, help="Trace the forward and the backward and show the gradient graph in the report."
+    probes = Int(_DEFAULTS.probes, config=True, help="Random directions in projection mode.")
+    order = Int(
+        _DEFAULTS.order,
+        config=True,
+        help="2: also check the derivative of the custom gradient (what nested tapes use).",
     )
-    seed = Int(0, config=True, help="Seed of the random upstream gradients and directions.")
+    graph = Bool(
+        _DEFAULTS.graph,
+        config=True,
+        help="Trace the forward and the backward and show the gradient graph in the report.",
+    )
+    seed = Int(_DEFAULTS.seed, config=True, help="Seed of the random upstream gradients and directions.")
     sweep = Bool(
-        True,
+        _DEFAULTS.sweep,
         config=True,
         help="Sweep a scalar input, or an input the op is element-wise in, and draw the output and its derivative "
         "(custom, autodiff, finite differences) along it.",
     )
     framework = Enum(
         frameworks.NAMES,
-        default_value="tensorflow",
+        default_value=_DEFAULTS.framework,
         config=True,
         help="The framework whose custom_gradient decorator makes the ops.",
     )
@@ -237,13 +247,8 @@ class GradientMagics(Magics):
         cell_source = source.Cell(magic_line, cell, self._register_cell(f"{magic_line}\n{cell}"))
         try:
             examples = example_inputs.parse_example_inputs(options.examples)
-            adapter = frameworks.get_adapter("keras" if options.keras else self.framework)
-            if options.backends is not None and adapter.backend is None:
-                raise GradmagicError(
-                    "--backends checks a keras.ops.custom_gradient op on Keras's backends: add --keras "
-                    "(or %config GradientMagics.framework = 'keras')."
-                )
-            _backends(options)
+            settings = self._settings(options, "keras" if options.keras else self.framework)
+            adapter = frameworks.get_adapter(settings.framework)
             compiled = source.compile_cell(cell_source, options.target)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
@@ -285,7 +290,7 @@ class GradientMagics(Magics):
                     f"({adapter.display_name} {adapter.version})."
                 )
             return None
-        report = self._check(op, examples, arguments, adapter.name, options)
+        report = self._check(op, examples, arguments, settings)
         return None if quiet and report.ok else report
 
     @magic_arguments.magic_arguments()
@@ -317,7 +322,8 @@ class GradientMagics(Magics):
             op, info, examples, arguments = self._op_and_arguments(options, "gradcheck")
             if options.surrogate is None and info is not None and info.surrogate:
                 options.surrogate = True
-            return self._check(op, examples, arguments, info.framework if info else self.framework, options)
+            settings = self._settings(options, info.framework if info else self.framework)
+            return self._check(op, examples, arguments, settings)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
 
@@ -343,7 +349,7 @@ class GradientMagics(Magics):
             %gradgraph log1pexp x=tf.constant([-5., 0., 100.])
         """
         __tracebackhide__ = True
-        from gradmagic.checking import gradient_graph
+        from gradmagic.api import gradient_graph
 
         options = self._parse(self.gradgraph, line)
         try:
@@ -423,30 +429,30 @@ class GradientMagics(Magics):
             )
             raise
 
-    def _check(self, op, examples, arguments: tuple[list, dict], framework: str, options):
-        """Run the check engine with the line's options over the traits' defaults; the report can re-check."""
-        from gradmagic.live import CheckContext, ProgressBar
+    def _settings(self, options, framework: str) -> CheckOptions:
+        """The check's options: the line's over the `%config` traits' (an OptionError naming a bad one)."""
+        line = {name: getattr(options, name) for name in ("rtol", "atol", "eps", "order", "graph")}
+        configured = {name: getattr(self, name) for name in ("full_threshold", "probes", "seed", "sweep")}
+        try:
+            return CheckOptions(
+                framework=framework,
+                **{name: getattr(self, name) if value is None else value for name, value in line.items()},
+                **configured,
+                surrogate=bool(options.surrogate),
+                backends=() if options.backends is None else options.backends,
+            )
+        except OptionError as error:  # named as the user gave it: --rtol on the line, rtol by %config
+            given = str(error).split()[0].rstrip(":")
+            on_line = getattr(options, given, None) is not None
+            raise OptionError(f"--{error}" if on_line else f"%config GradientMagics.{error}") from None
 
-        settings = {
-            name: getattr(options, name) if getattr(options, name) is not None else getattr(self, name)
-            for name in ("rtol", "atol", "eps", "order", "graph")
-        }
-        settings.update(
-            full_threshold=self.full_threshold,
-            probes=self.probes,
-            seed=self.seed,
-            sweep=self.sweep,
-            surrogate=bool(options.surrogate),
-        )
-        if options.backends is not None:
-            if framework != "keras":
-                raise GradmagicError(
-                    f"--backends checks a keras.ops.custom_gradient op on Keras's backends; this op is made with "
-                    f"{framework}'s decorator."
-                )
-            settings["backends"] = _backends(options)
+    def _check(self, op, examples, arguments: tuple[list, dict], settings: CheckOptions):
+        """Run the check with these options; the report can re-check."""
+        from gradmagic.api import CheckContext
+        from gradmagic.notebook.progress import ProgressBar
+
         with ProgressBar() as progress:
-            return CheckContext(op, framework, settings, examples).run(*arguments, progress=progress)
+            return CheckContext(op, settings, examples).run(*arguments, progress=progress)
 
     def _evaluate_op(self, expression: str):
         try:
@@ -458,16 +464,6 @@ class GradientMagics(Magics):
         if not callable(op):
             raise GradmagicError(f"`{expression}` is a {type(op).__name__}, not an op.")
         return op
-
-
-def _backends(options) -> tuple[str, ...] | None:
-    """The --backends names, checked (GradmagicError naming the unknown ones)."""
-    from gradmagic.checking.portability import parse_backends
-
-    try:
-        return parse_backends(options.backends) if options.backends is not None else None
-    except ValueError as error:
-        raise GradmagicError(f"--backends: {error}.") from None
 
 
 def _signature_of(op, expression: str) -> inspect.Signature:

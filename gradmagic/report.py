@@ -1,7 +1,8 @@
 """The Report: what a check found, as plain data.
 
 A Report is the contract between the checker and every renderer (text,
-HTML, widget, the JupyterLab extension). `Report.to_dict()` gives
+HTML, widget, the JupyterLab extension); how it displays in IPython is the
+business of IPython's formatters (`gradmagic.notebook.display`). `Report.to_dict()` gives
 JSON-serialisable data that validates against the JSON Schema shipped in
 `gradmagic/schema/report.schema.json` (`SCHEMA_ID`, version `SCHEMA_VERSION`);
 `Report.from_dict()` reads it back. Renderers read a Report; they never re-run
@@ -151,10 +152,8 @@ class Graph:
     raw: bool = False
     traced_ops: int = 0  # ops in the traced graph before folding
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        from gradmagic.render.graph import graph_png, graph_summary, graph_svg
-
-        return {"image/svg+xml": graph_svg(self), "image/png": graph_png(self), "text/plain": graph_summary(self)}
+    def __repr__(self) -> str:
+        return f"<Graph: {len(self.nodes)} nodes, {len(self.edges)} edges, {self.saved_tensors} saved tensors>"
 
 
 @dataclass(frozen=True)
@@ -264,16 +263,14 @@ class Report:
         data = _plain(dataclasses.asdict(self))
         return {"$schema": SCHEMA_ID, "version": SCHEMA_VERSION, "ok": self.ok, "verdict": self.verdict, **data}
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
-        """The widget in a live kernel; sanitiser-safe HTML, a PNG summary and text everywhere (see `live`)."""
-        from gradmagic.live import mimebundle
-
-        return mimebundle(self)
-
     def __str__(self) -> str:
-        from gradmagic.render.text import render_text
+        """One line: the op, its verdict and its problem codes. The whole report as text is
+        `gradmagic.render.text.render_text(report)`, what IPython shows in a terminal."""
+        codes = ", ".join(dict.fromkeys(self.codes()))
+        return f"{self.op.name}{self.op.signature}: {self.verdict}" + (f" ({codes})" if codes else "")
 
-        return render_text(self)
+    def __repr__(self) -> str:
+        return f"<Report {self}>"
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)

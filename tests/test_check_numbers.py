@@ -375,7 +375,7 @@ def test_a_redefined_op_is_freed_with_its_graphs_and_tensorflows_gradient_regist
 
     from tensorflow.python.framework import ops
 
-    from gradmagic.live import KEPT_CONTEXTS
+    from gradmagic.notebook.contexts import KEPT_CONTEXTS
 
     def define():
         namespace = {"tf": tf}

@@ -137,7 +137,7 @@ def test_large_graphs_fold_name_scopes_with_counts():
 def test_report_carries_the_graph_and_renders_it(nb):
     report = gradmagic.check(tf.custom_gradient(log1pexp), tf.constant([1.0, 2.0]))
     assert report.graph.saved_bytes == 8
-    bundle = report._repr_mimebundle_()
+    bundle, _ = nb.shell.display_formatter.format(report)
     assert "gradient graph: 3 forward and 4 backward ops" in bundle["text/plain"]
     assert '<img alt="gradient graph:' in bundle["text/html"] and "data:image/png;base64," in bundle["text/html"]
     assert gradmagic.check(tf.custom_gradient(log1pexp), tf.constant([1.0]), graph=False).graph is None
@@ -153,7 +153,7 @@ def test_magics_graph_options_and_gradgraph(nb):
     nb.ok("g = %gradgraph sq")
     graph = nb.ns["g"]
     assert {n.role for n in graph.nodes} >= {"input", "forward", "output", "upstream", "backward", "downstream"}
-    assert set(graph._repr_mimebundle_()) == {"image/svg+xml", "image/png", "text/plain"}
+    assert set(nb.shell.display_formatter.format(graph)[0]) == {"image/svg+xml", "image/png", "text/plain"}
     nb.ok("raw = %gradgraph sq x=tf.constant([3.]) --raw")
     assert nb.ns["raw"].raw and len(nb.ns["raw"].nodes) > len(graph.nodes)
     assert "Give example inputs: `%gradgraph" in nb.fails("%gradgraph tf.sin").stderr

@@ -9,6 +9,7 @@ from IPython.core.error import UsageError
 
 import gradmagic
 from gradmagic.checking.structure import PORTABLE_FORM
+from gradmagic.render.text import render_text
 
 # The seed's log1pexp (keras.ops.custom_gradient's documentation), in its three forms, as cell bodies.
 GRADIENTS = {
@@ -57,7 +58,7 @@ def test_seed_log1pexp_keras_op_gives_gradient_one_at_100(knb, form):
     report = gradmagic.check(knb.ns["log1pexp"], np.array([-5.0, 0.0, 100.0]), framework="keras")
     assert report.ok, report
     assert (report.op.framework, report.op.backend) == ("keras", "tensorflow")
-    assert "Keras 3 on TensorFlow (keras " in str(report)
+    assert "Keras 3 on TensorFlow (keras " in render_text(report)
 
 
 def test_pytorch_only_form_fails_on_tensorflow_with_the_portable_form_shown(knb):
@@ -69,7 +70,7 @@ def test_pytorch_only_form_fails_on_tensorflow_with_the_portable_form_shown(knb)
     assert "Keras's TensorFlow backend calls it, `grad(*upstreams)`" in found.message
     assert PORTABLE_FORM in found.message
     # The text renderer keeps the code sample's lines.
-    assert "        (upstream,) = args" in str(report)
+    assert "        (upstream,) = args" in render_text(report)
 
 
 def test_two_inputs_and_a_wrong_gradient_on_keras_tensorflow(knb):
@@ -130,7 +131,7 @@ def test_portable_log1pexp_passes_on_every_backend(knb):
     assert report.ok and report.timings["backends"] > 0
     versions = {result.backend: result.version for result in report.backends}
     assert "jax " in versions["jax"] and "torch " in versions["torch"]
-    text = str(report)
+    text = render_text(report)
     assert "TensorFlow (this kernel)" in text and "PyTorch" in text
 
 

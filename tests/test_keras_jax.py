@@ -12,6 +12,7 @@ import pytest
 from backend_process import check_in_backend, run_in_backend
 from conftest import codes, problem
 
+from gradmagic.render.text import render_text
 from gradmagic.report import Report
 
 # The seed's log1pexp (keras.ops.custom_gradient's documentation): its gradient functions.
@@ -76,7 +77,7 @@ def test_seed_log1pexp_passes_on_jax_with_gradient_one_at_100(form):
         assert (report.op.name, report.op.origin) == ("log1pexp", origin)
         assert (report.op.framework, report.op.backend) == ("keras", "jax")
         assert report.op.framework_version.startswith("keras 3.") and ", jax 0." in report.op.framework_version
-        assert "Keras 3 on JAX (keras " in str(report)
+        assert "Keras 3 on JAX (keras " in render_text(report)
         # The custom gradient at x = 100, where the plain forward overflows: d output[2] / d x[2] is 1.
         (block,) = report.numerics.jacobians
         assert block.custom[8] == pytest.approx(1.0)
@@ -274,16 +275,16 @@ def test_redefined_ops_and_their_compiled_functions_are_freed():
         textwrap.dedent(
             """
             import gc, weakref
-            from gradmagic import live
+            from gradmagic.notebook import contexts
             freed = []
-            for i in range(live.KEPT_CONTEXTS + 4):
+            for i in range(contexts.KEPT_CONTEXTS + 4):
                 namespace = {"ops": ops}
                 exec(f"def square(x):\\n    return x * x * {i + 1.0}, lambda g: g * 2.0 * x * {i + 1.0}\\n", namespace)
                 assert gradmagic.check(namespace["square"], np.ones(3, np.float32), framework="keras").ok
                 freed.append(weakref.ref(namespace["square"]))
                 del namespace
             gc.collect()
-            # Only the re-check contexts of the last KEPT_CONTEXTS checks (gradmagic.live) hold their ops.
+            # Only the re-check contexts of the last KEPT_CONTEXTS checks (gradmagic.notebook.contexts) hold their ops.
             RESULT = [reference() is None for reference in freed][:4]
             """
         )

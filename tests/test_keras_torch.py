@@ -13,6 +13,7 @@ from backend_process import check_in_backend, run_in_backend
 from conftest import codes, problem
 from test_keras_jax import log1pexp_source
 
+from gradmagic.render.text import render_text
 from gradmagic.report import Report
 
 IMPORTS = """import gradmagic, keras, torch
@@ -57,7 +58,7 @@ def test_seed_log1pexp_passes_on_pytorch_with_gradient_one_at_100(form):
         assert (report.op.name, report.op.origin) == ("log1pexp", origin)
         assert (report.op.framework, report.op.backend) == ("keras", "torch")
         assert report.op.framework_version.startswith("keras 3.") and ", torch 2.13.0" in report.op.framework_version
-        assert "Keras 3 on PyTorch (keras " in str(report)
+        assert "Keras 3 on PyTorch (keras " in render_text(report)
         # torch.autograd of the plain forward is NaN at x = 100; the custom gradient is 1.
         found = problem(report, "autodiff-nonfinite")
         assert "PyTorch's own gradient (torch.autograd)" in found.message
@@ -330,9 +331,9 @@ def test_redefined_ops_are_freed():
         textwrap.dedent(
             """
             import gc, weakref
-            from gradmagic import live
+            from gradmagic.notebook import contexts
             freed = []
-            for i in range(live.KEPT_CONTEXTS + 4):
+            for i in range(contexts.KEPT_CONTEXTS + 4):
                 namespace = {"ops": ops}
                 exec(f"def square(x):\\n    return x * x * {i + 1.0}, "
                      f"lambda *a, upstream: upstream * 2.0 * x * {i + 1.0}\\n", namespace)

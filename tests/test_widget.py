@@ -205,13 +205,13 @@ def _square(x):
 
 
 def test_a_freed_reports_context_is_dropped_and_an_id_reused_by_a_new_report_counts_as_newest():
-    from gradmagic import live
+    from gradmagic.notebook import contexts
 
     op = tf.custom_gradient(_square)
-    kept = [gradmagic.check(op, tf.constant([1.0, 2.0])) for _ in range(live.KEPT_CONTEXTS)]
+    kept = [gradmagic.check(op, tf.constant([1.0, 2.0])) for _ in range(contexts.KEPT_CONTEXTS)]
     for _ in range(3):  # reports freed at once: their ids are free to be given again
         gradmagic.check(op, tf.constant([1.0, 2.0]))
     newest = gradmagic.check(op, tf.constant([3.0, 4.0]))
-    assert all(reference() is not None for reference, _ in live._contexts.values())
-    assert live.context_of(newest) is not None and list(live._contexts)[-1] == id(newest)
-    assert live.context_of(kept[0]) is None and all(live.context_of(r) is not None for r in kept[1:])
+    assert all(reference() is not None for reference, _ in contexts._contexts.values())
+    assert contexts.context_of(newest) is not None and list(contexts._contexts)[-1] == id(newest)
+    assert contexts.context_of(kept[0]) is None and all(contexts.context_of(r) is not None for r in kept[1:])

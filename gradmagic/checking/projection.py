@@ -27,13 +27,15 @@ listed means the error is everywhere, and the report says so.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from gradmagic.checking import surrogate
-from gradmagic.checking.numeric import Axis, steps_for, tolerances
-from gradmagic.checking.structure import LISTED, Findings
-from gradmagic.frameworks.base import Adapter, Layout, Target
+from gradmagic.checking.differences import Axis, machine_epsilon, steps_for, tolerances
+from gradmagic.checking.findings import LISTED
+from gradmagic.checking.run import CheckRun
+from gradmagic.frameworks.base import Layout
 from gradmagic.report import ElementComparison, Numerics, element_label
 
 #: A direction fails when its error exceeds this many times the noise floor.
@@ -50,33 +52,83 @@ LOCATED = 8
 BLOCKS = 16
 #: Largest base of the digit code.
 MAX_BASE = 1024
+#: Points evaluated in one call, in elements of z: bounds the memory of a measurement at millions of elements.
+CALL_ELEMENTS = 2**23
 
 
-def compare_projected(
-    adapter: Adapter,
-    target: Target,
-    layout: Layout,
-    original: Layout,
-    columns: Axis,
-    rows: Axis,
-    options,
-    findings: Findings,
-    forward_ops: frozenset[str] | None = None,
-) -> Numerics:
-    """Projection-mode comparison; records fd-mismatch (or surrogate-*) and autodiff-nonfinite problems.
-    `forward_ops`: the forward's traced op names, evidence of an intended surrogate."""
-    z = adapter.initial_vector(layout)
-    dtype = str(z.dtype)
-    epsilon = float(np.finfo(z.dtype).eps)
+@dataclass(frozen=True)
+class Projections:
+    """Measurements along directions d_t, for the prober's upstream vector u and custom gradient g."""
+
+    differences: np.ndarray  # [T]: u . (f(z + d_t) - f(z - d_t)) / 2, central differences of u . f along d_t
+    rounding: np.ndarray  # [T]: eps * sum |u * f(z)|: the worst-case rounding of the above
+    rounding_rms: np.ndarray  # [T]: eps * sqrt(sum (u * f(z))^2): the typical size of independent roundings
+    predicted: np.ndarray  # [T]: g . d_t, what the custom gradient predicts
+    magnitude: np.ndarray  # [T]: sum |g * d_t|
+
+
+class Prober:
+    """Measurements for one projection-mode check: a random upstream vector u, the custom vector-Jacobian product
+    g = J^T u (and autodiff's), and central differences of u . f along signed directions.
+
+    Direction t is `weights_t * signs[rows_t] * steps`: a row of random signs,
+    scaled per element (the locator's digit codes) or as a whole (Richardson's
+    second step).
+    """
+
+    def __init__(self, run: CheckRun, layout: Layout, steps: np.ndarray, signs: np.ndarray):
+        self.run, self.layout, self.steps, self.signs = run, layout, steps, signs
+        self.z = run.z(layout)
+        self.upstream_vector = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
+        self.upstream_vector = self.upstream_vector.astype(self.z.dtype)
+        vjps = run.adapter.vjps(run.target, layout, self.z[None], self.upstream_vector[None])
+        self.custom = vjps.custom[0, 0]
+        self.autodiff = None if vjps.autodiff is None else vjps.autodiff[0, 0]
+        self._rounding: tuple[float, float] | None = None
+
+    def direction(self, row: int, element: int) -> float:
+        """The value of probe `row`'s direction at `element`: its sign times its step."""
+        return float(self.signs[row, element]) * float(self.steps[element])
+
+    def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
+        """Central differences along d_t = weights_t * signs[rows_t] * steps, a few directions per compiled call.
+
+        `weights` is [T, N] (per element) or [T, 1] (one factor per direction).
+        Without `rounding`, the rounding fields are NaN.
+        """
+        count = len(rows)
+        differences, predicted, magnitude = np.empty(count), np.empty(count), np.empty(count)
+        batch = max(1, CALL_ELEMENTS // max(1, 2 * self.z.size))
+        for start in range(0, count, batch):
+            part = slice(start, start + batch)
+            directions = np.asarray(weights[part], self.z.dtype) * self.signs[rows[part]] * self.steps
+            values = self.run.adapter.evaluate(
+                self.run.target, self.layout, np.concatenate([self.z + directions, self.z - directions])
+            )
+            differences[part] = (values[: len(directions)] - values[len(directions) :]) @ self.upstream_vector / 2
+            contributions = directions * self.custom
+            predicted[part] = contributions.sum(axis=1)
+            magnitude[part] = np.abs(contributions).sum(axis=1)
+        worst = typical = np.nan
+        if rounding:  # the rounding of f(z +- d) is that of f(z): measured once, at the centre
+            if self._rounding is None:
+                center = self.run.adapter.evaluate(self.run.target, self.layout, self.z[None])[0]
+                terms = machine_epsilon(str(self.z.dtype)) * np.abs(self.upstream_vector * center)
+                self._rounding = (float(terms.sum()), float(np.sqrt(np.square(terms).sum())))
+            worst, typical = self._rounding
+        return Projections(differences, np.full(count, worst), np.full(count, typical), predicted, magnitude)
+
+
+def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
+    """Projection-mode comparison in `layout`'s precision; records fd-mismatch (or surrogate-*) and
+    autodiff-nonfinite problems."""
+    options, findings = run.options, run.findings
     probes = options.probes
-    prober = adapter.prober(
-        target,
-        layout,
-        steps_for(adapter, layout, z, options.eps),
-        int(rows.offsets[-1]),
-        options.seed,
-        random_signs(options.seed, probes, z.size),
-    )
+    z = run.z(layout)
+    dtype = str(z.dtype)
+    epsilon = machine_epsilon(dtype)
+    steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
+    prober = Prober(run, layout, steps, random_signs(options.seed, probes, z.size))
 
     # Every probe at step h, and the first RICHARDSON of them at 2h: the change measures the truncation error.
     richardson = min(RICHARDSON, probes)
@@ -118,19 +170,13 @@ def compare_projected(
             differences[worst] - predicted[worst],
             noise_of(NOISE_MARGIN * noise[worst]),
             noise_of(typical_noise[worst]),
-            columns,
+            run.columns,
         )
         located, spread = locator.run()
         _report_mismatch(
-            adapter,
-            target,
+            run,
             layout,
             prober,
-            columns,
-            rows,
-            options,
-            findings,
-            forward_ops,
             failing,
             float(np.nanmax(error)),
             noise_floor,
@@ -142,7 +188,7 @@ def compare_projected(
         )
     elif options.surrogate and noise_floor <= UNJUDGEABLE_NOISE:
         surrogate.report_declared_match(findings)
-    _report_autodiff(adapter, target, original, layout, prober, columns, findings)
+    _report_autodiff(run, layout, prober)
     return Numerics(
         mode="projection",
         dtype=dtype,
@@ -267,15 +313,9 @@ class _Locator:
 
 
 def _report_mismatch(
-    adapter,
-    target,
-    layout,
-    prober,
-    columns: Axis,
-    rows: Axis,
-    options,
-    findings: Findings,
-    forward_ops,
+    run: CheckRun,
+    layout: Layout,
+    prober: Prober,
     failing,
     error: float,
     noise: float,
@@ -285,7 +325,8 @@ def _report_mismatch(
     differences,
     true_zero: bool,
 ) -> None:
-    """fd-mismatch, or surrogate-differs for a declared surrogate (see checking/surrogate.py)."""
+    """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py)."""
+    options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
     label = "surrogate" if options.surrogate else "custom"
     where = (
         f"along {int(failing.sum())} of {failing.size} random directions (relative error {error:.3g}, measured "
@@ -315,14 +356,13 @@ def _report_mismatch(
             "a constant factor is off" + (" (a flipped sign)." if np.isclose(ratio, -1) else ".")
         )
     square = len(columns.names) == 1 and len(rows.names) == 1 and columns.shapes == rows.shapes
-    upstream = prober.upstream_vector
     evidence = surrogate.projected_evidence(
         prober.custom,
-        upstream.astype(prober.custom.dtype),
+        prober.upstream_vector,
         square,
-        lambda scaled: adapter.vjps(target, layout, scaled.astype(upstream.dtype))[0],
+        lambda upstreams: surrogate.custom_vjps(run, layout, upstreams),
         true_zero,
-        forward_ops,
+        run.forward_ops,
     )
     note = ""
     if options.surrogate:
@@ -336,7 +376,13 @@ def _report_mismatch(
         autodiff = None if prober.autodiff is None else autodiff
         tolerance = atol + rtol * np.abs(custom)
         note = surrogate.autodiff_note(
-            autodiff, custom, numerical, np.ones(custom.shape, bool), tolerance, findings.wording.autodiff, forward_ops
+            autodiff,
+            custom,
+            numerical,
+            np.ones(custom.shape, bool),
+            tolerance,
+            findings.wording.autodiff,
+            run.forward_ops,
         )
     surrogate.report_mismatch(
         findings,
@@ -350,23 +396,24 @@ def _report_mismatch(
     )
 
 
-def _report_autodiff(adapter, target, original, layout, prober, columns, findings) -> None:
+def _report_autodiff(run: CheckRun, layout: Layout, prober: Prober) -> None:
     """autodiff-nonfinite: the framework's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
     custom, autodiff = prober.custom, prober.autodiff
-    if original is not layout:
-        dtype = adapter.meta(original.inputs[original.perturbable[0]]).dtype if original.perturbable else "float32"
-        custom, autodiff = adapter.vjps(target, original, prober.upstream_vector.astype(dtype))
+    if layout is not run.layout:
+        z = run.z(run.layout)
+        own = run.adapter.vjps(run.target, run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
+        custom, autodiff = own.custom[0, 0], None if own.autodiff is None else own.autodiff[0, 0]
     if autodiff is None:
         return
     with np.errstate(all="ignore"):
         rescued = ~np.isfinite(autodiff) & np.isfinite(custom)
     if rescued.any():
         element = int(np.flatnonzero(rescued)[0])
-        name, index = columns.label(element)
-        findings.add(
+        name, index = run.columns.label(element)
+        run.findings.add(
             "autodiff-nonfinite",
             "info",
-            f"{findings.wording.autodiff} of the forward is NaN/Inf at {int(rescued.sum())} element"
+            f"{run.findings.wording.autodiff} of the forward is NaN/Inf at {int(rescued.sum())} element"
             f"{'s' if rescued.sum() > 1 else ''} (first at {element_label(name, index)}), where the custom gradient is "
             "finite: the custom gradient fixes it.",
             input=name,

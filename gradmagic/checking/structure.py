@@ -9,114 +9,47 @@ at hand) needs.
 
 from __future__ import annotations
 
-import ast
 import inspect
-import linecache
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gradmagic.checking.wording import Wording, backend_name
-from gradmagic.frameworks.base import Adapter, OpProblem, Target, TensorMeta
-from gradmagic.report import Location, Problem, Surrogate, TensorRow
+from gradmagic.checking.findings import LISTED, Findings, identifier, listing, plural
+from gradmagic.checking.run import CheckRun, Trial
+from gradmagic.checking.source_lines import error_line, first_line, return_line, returned_names
+from gradmagic.frameworks.base import Adapter, OpProblem, TensorMeta
+from gradmagic.report import TensorRow
 
-#: How many element indices a message lists.
-LISTED = 5
-
-
-@dataclass
-class CheckInputs:
-    """The example inputs of one check, as tensors, with a name per leaf."""
-
-    structure: tuple  # positional arguments, leaves converted to tensors
-    kwargs: dict
-    leaves: list
-    names: list[str]
-    metas: list[TensorMeta]
+# The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
+PORTABLE_FORM = """def grad(*args, upstream=None):
+    if upstream is None:
+        (upstream,) = args
+    return ..."""
 
 
-@dataclass
-class Trial:
-    """What one eager run of the forward and the gradient function returned."""
-
-    outputs: list
-    output_names: list[str]
-    output_metas: list[TensorMeta]
-    variables: list
-    variable_names: list[str]
-    upstreams: list
-    gradients: list | None = None  # one per input leaf
-    variable_gradients: list | None = None
-
-
-@dataclass
-class Findings:
-    """Problems and shapes-table rows, as the checks find them."""
-
-    target: Target
-    wording: Wording
-    source: str | None = None  # how the user names the op's source: "Cell In[3]" or a file path
-    problems: list[Problem] = field(default_factory=list)
-    rows: list[TensorRow] = field(default_factory=list)
-    surrogate: Surrogate | None = None  # a declared or recognised surrogate gradient (see checking/surrogate.py)
-
-    def add(self, code: str, severity: str, message: str, **location: Any) -> None:
-        if location.get("line") is not None:
-            location.setdefault("filename", self.source)
-        self.problems.append(Problem(code, severity, message, Location(**location) if location else None))
-
-    @property
-    def failed(self) -> bool:
-        return any(problem.severity == "error" for problem in self.problems)
-
-
-def name_inputs(adapter: Adapter, signature: inspect.Signature | None, args: tuple) -> list[str]:
-    """A readable name per flattened input leaf: `x`, `xs[1]`, `pair['a']`."""
-    parameter_names: list[str] = []
-    if signature is not None:
-        for parameter in signature.parameters.values():
-            if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
-                parameter_names.append(parameter.name)
-            elif parameter.kind is parameter.VAR_POSITIONAL:
-                parameter_names += [f"{parameter.name}[{i}]" for i in range(len(args) - len(parameter_names))]
-                break
-    parameter_names += [f"args[{i}]" for i in range(len(parameter_names), len(args))]
-    names = []
-    for name, arg in zip(parameter_names, args):
-        names += [name + path for path in adapter.leaf_paths(arg)]
-    return names
-
-
-def check_structure(
-    adapter: Adapter, target: Target, inputs: CheckInputs, seed: int, findings: Findings
-) -> Trial | None:
-    """Run the forward and the gradient function once; record problems and the shapes table.
-
-    Returns the trial, or None when the structure is too broken to go on.
-    """
-    for name, meta in zip(inputs.names, inputs.metas):
-        findings.rows.append(TensorRow("input", name, meta.shape, meta.dtype))
+def check_structure(run: CheckRun) -> None:
+    """Run the forward and the gradient function once; record problems and the shapes table; on success leave the
+    trial in `run.trial`."""
+    adapter, target, inputs, findings = run.adapter, run.target, run.inputs, run.findings
     _check_keyword_inputs(adapter, inputs, findings)
-
     try:
-        result, variables = adapter.run_recording_variables(
-            lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves
-        )
+        forward = adapter.run_forward(lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves)
     except OpProblem as found:  # a mistake the framework reports far away, or not at all, found by the adapter
-        findings.add(found.code, "error", found.message, line=_line_of(found, target))
-        return None
+        findings.add(found.code, "error", found.message, line=error_line(found, target, findings.wording))
+        return
     except Exception as error:  # the user's forward: any exception is a finding
         findings.add(
-            "forward-error", "error", _raised("forward", target, error, findings.wording), line=_line_of(error, target)
+            "forward-error",
+            "error",
+            _raised("forward", findings, error),
+            line=error_line(error, target, findings.wording),
         )
-        return None
-
-    if not _returns_outputs_and_grad(target, result, findings):
-        return None
-    outputs = adapter.flatten(result[0])
-    output_names = [f"output{path}" for path in adapter.leaf_paths(result[0])]
+        return
+    result, variables = forward.result, forward.variables
+    if not _returns_outputs_and_grad(run, result):
+        return
+    outputs, paths = adapter.flatten(result[0])
+    output_names = [f"output{path}" for path in paths]
     output_metas = []
     for name, output in zip(output_names, outputs):
         meta = adapter.meta(output)
@@ -127,7 +60,7 @@ def check_structure(
                 f"`{target.name}` returns a {type(output).__name__} as {name}; the outputs must be tensors.",
                 output=name,
             )
-            return None
+            return
         output_metas.append(meta)
         findings.rows.append(TensorRow("output", name, meta.shape, meta.dtype))
         _check_finite(
@@ -144,41 +77,14 @@ def check_structure(
         )
 
     grad_fn = result[1]
-    variable_names = [adapter.variable_name(v) for v in variables]
-    for name, variable in zip(variable_names, variables):
-        meta = adapter.meta(variable)
+    variable_metas = [adapter.meta(v) for v in variables]
+    variable_names = [meta.name for meta in variable_metas]
+    for name, meta in zip(variable_names, variable_metas):
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
-    convention = adapter.convention
-    if variables and convention.variables == "closed-over":
-        _closed_over_variables(adapter, target, variable_names, findings)
-        return None
-    if convention.single_output and len(outputs) > 1:
-        findings.add(
-            "backend-outputs",
-            "error",
-            f"`{target.name}` returns {len(outputs)} output tensors ({_listing(output_names)}); on Keras's "
-            f"{backend_name(adapter.backend or '')} backend {adapter.decorator} supports one: its "
-            "torch.autograd.Function receives a single upstream gradient, and taking the gradient fails with "
-            "`TypeError: CustomGradientFunction.backward() takes 2 positional arguments but "
-            f"{len(outputs) + 1} were given`. Return one tensor (stack or concatenate the outputs and split "
-            "them after the op), or make one op per output.",
-            line=_return_line(target),
-        )
-        return None
-    if variables and not _accepts_variables(grad_fn):
-        findings.add(
-            "missing-variables-kwarg",
-            "error",
-            f"The forward reads the variable{'s' if len(variables) > 1 else ''} {_listing(variable_names)}, which "
-            f"{'are' if len(variables) > 1 else 'is'} not an input, so {adapter.decorator} calls the gradient function "
-            "with `variables=[...]` and expects `(grad_xs, grad_vars)` back. Define it as "
-            "`def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`.",
-            variable=variable_names[0],
-            line=_first_line(grad_fn),
-        )
-        return None
+    if not _fits_convention(run, outputs, output_names, variable_names, grad_fn):
+        return
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(run.options.seed)
     upstreams = [
         adapter.constant(
             rng.random(meta.shape, dtype=np.float32) * 2 - 1 if meta.floating else np.zeros(meta.shape), meta.dtype
@@ -189,121 +95,94 @@ def check_structure(
         findings.rows.append(TensorRow("upstream", f"d{name}", meta.shape, meta.dtype))
     trial = Trial(outputs, output_names, output_metas, variables, variable_names, upstreams)
 
-    arguments, keywords = _gradient_call(adapter, inputs, result[0], upstreams, variables)
-    if adapter.backend is not None and not _accepts_call(grad_fn, arguments, keywords, findings, adapter, target):
-        return None
+    arguments, keywords = _gradient_call(adapter, inputs.structure, result[0], upstreams, variables)
+    if adapter.convention.signature_checked and not _accepts_call(run, grad_fn, arguments, keywords):
+        return
     try:
         returned = adapter.call_gradient(grad_fn, arguments, keywords)
     except Exception as error:  # the user's gradient function
         findings.add(
             "grad-error",
             "error",
-            _raised("gradient function", target, error, findings.wording, grad_fn, len(upstreams)),
-            line=_line_of(error, target),
+            _raised("gradient function", findings, error, grad_fn, len(upstreams)),
+            line=error_line(error, target, findings.wording),
         )
-        return None
-
+        return
+    line = first_line(grad_fn)
     if variables:
-        if not (isinstance(returned, (tuple, list)) and len(returned) == 2):
-            findings.add(
-                "grad-structure",
-                "error",
-                f"With variables, the gradient function must return `(grad_xs, grad_vars)`; it returned "
-                f"{_what(returned)}. Return `grad_xs, [gradient of each of {_listing(variable_names)}]`.",
-                line=_first_line(grad_fn),
-            )
-            return None
-        returned, variable_gradients = returned
-        variable_gradients = adapter.flatten(variable_gradients)
-        if len(variable_gradients) != len(variables):
-            findings.add(
-                "variable-grad-count",
-                "error",
-                f"The gradient function returns {len(variable_gradients)} variable gradient"
-                f"{'s' if len(variable_gradients) != 1 else ''} for {len(variables)} variable"
-                f"{'s' if len(variables) != 1 else ''} ({_listing(variable_names)}): `grad_vars` needs one "
-                "entry per variable, in the order of the `variables` list it receives.",
-                variable=variable_names[0],
-                line=_first_line(grad_fn),
-            )
-            return None
-        trial.variable_gradients = variable_gradients
-
-    if convention.tuple_required and isinstance(returned, list):
-        findings.add(
-            "grad-list",
-            "error",
-            f"The gradient function returns a list of {len(returned)}; on Keras's "
-            f"{backend_name(adapter.backend or '')} backend {adapter.decorator} needs a tuple "
-            f"({_list_failure(adapter.backend or '', len(inputs.leaves))}). Return "
-            f"`({', '.join('grad_' + _identifier(n) for n in inputs.names)}{',' if len(inputs.names) == 1 else ''})` "
-            "or `tuple(grads)`: a tuple works on every backend.",
-            line=_first_line(grad_fn),
-        )
-        return None
-    gradients = adapter.flatten(returned)
-    if len(gradients) != len(inputs.leaves):
-        findings.add(
-            "grad-count",
-            "error",
-            f"The gradient function returns {len(gradients)} gradient{'s' if len(gradients) != 1 else ''} for "
-            f"{len(inputs.leaves)} input{'s' if len(inputs.leaves) != 1 else ''} "
-            f"({_listing(inputs.names)}). Return one per input, in order: `return "
-            f"{', '.join('grad_' + _identifier(n) for n in inputs.names)}` (None for an input without "
-            + (
-                "gradient). TensorFlow reports this only when the gradient is taken, and inside tf.function as "
-                "an InternalError about 'too few gradients'."
-                if adapter.backend in (None, "tensorflow")
-                else f"gradient). {findings.wording.framework} reports this only when the gradient is taken."
-            ),
-            line=_first_line(grad_fn),
-        )
-        return None
+        returned = _split_variable_gradients(run, trial, returned, line)
+        if returned is None:
+            return
+    gradients = _input_gradients(run, returned, line)
+    if gradients is None:
+        return
     trial.gradients = gradients
-
     for role, names, metas, grads in (
         ("input", inputs.names, inputs.metas, gradients),
-        ("variable", variable_names, [adapter.meta(v) for v in variables], trial.variable_gradients or []),
+        ("variable", variable_names, variable_metas, trial.variable_gradients or []),
     ):
         for name, meta, gradient in zip(names, metas, grads):
-            _check_gradient(adapter, role, name, meta, gradient, findings, line=_first_line(grad_fn))
-    return trial
+            _check_gradient(adapter, role, name, meta, gradient, findings, line=line)
+    run.trial = trial
 
 
-def _list_failure(backend: str, inputs: int) -> str:
-    """What a list returned by the gradient function does on a Keras backend that needs a tuple (measured)."""
-    if backend != "torch":
-        return "it fails when the gradient is taken"
-    # Keras wraps what is not a tuple as one gradient: backward returns (None, [grads...]).
-    if inputs == 1:
-        error = "RuntimeError: expected Variable or None (got list)"
-    else:
-        error = (
-            "RuntimeError: function CustomGradientFunctionBackward returned an incorrect number of gradients "
-            f"(expected {inputs + 1}, got 2)"
+def _fits_convention(run: CheckRun, outputs: list, output_names: list[str], variable_names: list[str], grad_fn) -> bool:
+    """What this framework's convention refuses before the gradient function is called: closed-over variables it
+    cannot differentiate, several outputs where it takes one, a gradient function without `variables`."""
+    adapter, findings, target = run.adapter, run.findings, run.target
+    convention, wording = adapter.convention, findings.wording
+    if variable_names and convention.variables == "closed-over":
+        several = len(variable_names) > 1
+        them, s = ("them", "s") if several else ("it", "")
+        findings.add(
+            "closed-over-variable",
+            "error",
+            f"The forward reads the Keras variable{s} {listing(variable_names)}, which {'are' if several else 'is'} "
+            f"not an input. {wording.closed_over_consequence(several)}. Pass {them} as input{s} "
+            f"(`op(x, {', '.join(identifier(n) for n in variable_names)})`) and return "
+            f"{'their' if several else 'its'} gradient with the others; that form works on every backend.",
+            variable=variable_names[0],
+            line=first_line(target.raw),
         )
-    return f"Keras's torch.autograd.Function takes the list for one gradient, and PyTorch fails with '{error}'"
+        return False
+    if convention.single_output and len(outputs) > 1:
+        findings.add(
+            "backend-outputs",
+            "error",
+            f"`{target.name}` returns {len(outputs)} output tensors ({listing(output_names)}); on "
+            f"{wording.runs_on} {adapter.decorator} supports one: {wording.several_outputs(len(outputs))}. Return "
+            "one tensor (stack or concatenate the outputs and split them after the op), or make one op per output.",
+            line=return_line(target),
+        )
+        return False
+    if variable_names and not _accepts_variables(grad_fn):
+        several = len(variable_names) > 1
+        findings.add(
+            "missing-variables-kwarg",
+            "error",
+            f"The forward reads the variable{'s' if several else ''} {listing(variable_names)}, which "
+            f"{'are' if several else 'is'} not an input, so {adapter.decorator} calls the gradient function "
+            "with `variables=[...]` and expects `(grad_xs, grad_vars)` back. Define it as "
+            "`def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`.",
+            variable=variable_names[0],
+            line=first_line(grad_fn),
+        )
+        return False
+    return True
 
 
-# The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
-PORTABLE_FORM = """def grad(*args, upstream=None):
-    if upstream is None:
-        (upstream,) = args
-    return ..."""
-
-
-def _gradient_call(adapter: Adapter, inputs: CheckInputs, outputs: Any, upstreams: list, variables: list):
+def _gradient_call(adapter: Adapter, structure: tuple, outputs: Any, upstreams: list, variables: list):
     """The positional and keyword arguments the framework passes to the gradient function."""
     convention = adapter.convention
     keywords: dict = {"variables": variables} if variables else {}
     if convention.upstream == "structure":  # JAX: one cotangent shaped like the outputs
         return [adapter.pack(outputs, upstreams)], keywords
     if convention.upstream == "keyword":  # Keras's PyTorch backend: the op's inputs, then upstream=
-        return list(inputs.structure), {**keywords, "upstream": upstreams[0] if len(upstreams) == 1 else upstreams}
+        return list(structure), {**keywords, "upstream": upstreams[0] if len(upstreams) == 1 else upstreams}
     return list(upstreams), keywords
 
 
-def _accepts_call(grad_fn, arguments: list, keywords: dict, findings: Findings, adapter: Adapter, target) -> bool:
+def _accepts_call(run: CheckRun, grad_fn, arguments: list, keywords: dict) -> bool:
     """backend-signature: the gradient function cannot take the arguments this Keras backend passes."""
     try:
         signature = inspect.signature(grad_fn)
@@ -314,7 +193,7 @@ def _accepts_call(grad_fn, arguments: list, keywords: dict, findings: Findings, 
         return True
     except TypeError as error:
         reason = str(error)
-    backend = backend_name(adapter.backend or "")
+    adapter = run.adapter
     if adapter.convention.upstream == "keyword":
         how = "`grad(*inputs, upstream=upstream)`: the op's inputs positionally, the upstream gradient as the keyword "
         how += "`upstream`"
@@ -322,46 +201,77 @@ def _accepts_call(grad_fn, arguments: list, keywords: dict, findings: Findings, 
         how = "`grad(upstream)`: one positional argument holding the upstream gradient (shaped like the outputs)"
     else:
         how = "`grad(*upstreams)`: one positional upstream gradient per output"
-    findings.add(
+    run.findings.add(
         "backend-signature",
         "error",
-        f"The gradient function `{getattr(grad_fn, '__name__', 'grad')}{signature}` cannot be called the way Keras's "
-        f"{backend} backend calls it, {how} ({reason}). It works on some backends only. Write it the portable way "
-        f"from the {adapter.decorator} documentation, which works on TensorFlow, JAX and PyTorch:\n{PORTABLE_FORM}",
-        line=_first_line(grad_fn),
+        f"The gradient function `{getattr(grad_fn, '__name__', 'grad')}{signature}` cannot be called the way "
+        f"{run.findings.wording.runs_on} calls it, {how} ({reason}). It works on some backends only. Write it the "
+        f"portable way from the {adapter.decorator} documentation, which works on TensorFlow, JAX and PyTorch:\n"
+        f"{PORTABLE_FORM}",
+        line=first_line(grad_fn),
     )
     return False
 
 
-def _closed_over_variables(adapter: Adapter, target: Target, names: list[str], findings: Findings) -> None:
-    """closed-over-variable: the forward reads Keras variables that this backend's custom gradient cannot reach."""
-    listed = _listing(names)
-    if adapter.backend == "torch":
-        consequence = (
-            "Keras's PyTorch backend runs the forward under torch.no_grad inside a torch.autograd.Function, so "
-            f"{'they get' if len(names) > 1 else 'it gets'} no gradient at all, silently (`.grad` stays None "
-            "and an optimizer never moves it)"
+def _split_variable_gradients(run: CheckRun, trial: Trial, returned: Any, line: int | None) -> Any:
+    """`(grad_xs, grad_vars)`: the variable gradients recorded in the trial, `grad_xs` returned; None on a mistake."""
+    findings, names = run.findings, trial.variable_names
+    if not (isinstance(returned, (tuple, list)) and len(returned) == 2):
+        findings.add(
+            "grad-structure",
+            "error",
+            f"With variables, the gradient function must return `(grad_xs, grad_vars)`; it returned "
+            f"{_what(returned)}. Return `grad_xs, [gradient of each of {listing(names)}]`.",
+            line=line,
         )
-    else:
-        consequence = (
-            "jax.custom_gradient gives gradients for the op's explicit inputs only, so differentiating "
-            f"{'them' if len(names) > 1 else 'it'} (as a Keras trainer does) fails with JAX's UnexpectedTracerError, "
-            "'Encountered an unexpected tracer'"
+        return None
+    returned, variable_gradients = returned
+    variable_gradients, _ = run.adapter.flatten(variable_gradients)
+    if len(variable_gradients) != len(names):
+        findings.add(
+            "variable-grad-count",
+            "error",
+            f"The gradient function returns {plural(len(variable_gradients), 'variable gradient')} for "
+            f"{plural(len(names), 'variable')} ({listing(names)}): `grad_vars` needs one entry per variable, in the "
+            "order of the `variables` list it receives.",
+            variable=names[0],
+            line=line,
         )
-    findings.add(
-        "closed-over-variable",
-        "error",
-        f"The forward reads the Keras variable{'s' if len(names) > 1 else ''} {listed}, which "
-        f"{'are' if len(names) > 1 else 'is'} not an input. On Keras's {backend_name(adapter.backend or '')} "
-        f"backend {consequence}. Pass {'them' if len(names) > 1 else 'it'} as input{'s' if len(names) > 1 else ''} "
-        f"(`op(x, {', '.join(_identifier(n) for n in names)})`) and return {'their' if len(names) > 1 else 'its'} "
-        "gradient with the others; that form works on every backend.",
-        variable=names[0],
-        line=_first_line(target.raw),
-    )
+        return None
+    trial.variable_gradients = variable_gradients
+    return returned
 
 
-def _check_keyword_inputs(adapter: Adapter, inputs: CheckInputs, findings: Findings) -> None:
+def _input_gradients(run: CheckRun, returned: Any, line: int | None) -> list | None:
+    """One gradient per input leaf, or None after recording why not (a list where a tuple is needed, a count)."""
+    adapter, findings, names = run.adapter, run.findings, run.inputs.names
+    if adapter.convention.tuple_required and isinstance(returned, list):
+        findings.add(
+            "grad-list",
+            "error",
+            f"The gradient function returns a list of {len(returned)}; on {findings.wording.runs_on} "
+            f"{adapter.decorator} needs a tuple ({findings.wording.list_failure(len(names))}). Return "
+            f"`({', '.join('grad_' + identifier(n) for n in names)}{',' if len(names) == 1 else ''})` "
+            "or `tuple(grads)`: a tuple works on every backend.",
+            line=line,
+        )
+        return None
+    gradients, _ = adapter.flatten(returned)
+    if len(gradients) != len(names):
+        findings.add(
+            "grad-count",
+            "error",
+            f"The gradient function returns {plural(len(gradients), 'gradient')} for {plural(len(names), 'input')} "
+            f"({listing(names)}). Return one per input, in order: `return "
+            f"{', '.join('grad_' + identifier(n) for n in names)}` (None for an input without gradient). "
+            f"{findings.wording.wrong_count}",
+            line=line,
+        )
+        return None
+    return gradients
+
+
+def _check_keyword_inputs(adapter: Adapter, inputs, findings: Findings) -> None:
     for name, value in inputs.kwargs.items():
         meta = adapter.meta(value)
         if meta is not None and meta.floating:
@@ -374,11 +284,12 @@ def _check_keyword_inputs(adapter: Adapter, inputs: CheckInputs, findings: Findi
             )
 
 
-def _returns_outputs_and_grad(target: Target, result: Any, findings: Findings) -> bool:
+def _returns_outputs_and_grad(run: CheckRun, result: Any) -> bool:
+    target, findings = run.target, run.findings
     if isinstance(result, (tuple, list)) and len(result) == 2 and callable(result[1]):
         return True
     if isinstance(result, (tuple, list)) and len(result) > 2 and callable(result[-1]):
-        outputs = _returned_names(target, len(result)) or [f"y{i}" for i in range(len(result) - 1)] + ["grad"]
+        outputs = returned_names(target, len(result)) or [f"y{i}" for i in range(len(result) - 1)] + ["grad"]
         message = (
             f"`{target.name}` returns {len(result)} values; {findings.wording.decorator} needs exactly two, the "
             f"outputs and the gradient function (it fails with 'too many values to unpack (expected 2)'). "
@@ -394,7 +305,7 @@ def _returns_outputs_and_grad(target: Target, result: Any, findings: Findings) -
             f"`{target.name}` returns {_what(result)}; {findings.wording.decorator} needs `(outputs, grad_fn)`: "
             "end the function with `return outputs, grad`."
         )
-    findings.add("return-structure", "error", message, line=_return_line(target))
+    findings.add("return-structure", "error", message, line=return_line(target))
     return False
 
 
@@ -403,14 +314,15 @@ def _check_gradient(
 ) -> None:
     where = {"input": name} if role == "input" else {"variable": name}
     kind = "downstream" if role == "input" else "variable-gradient"
+    wording = findings.wording
     if gradient is None:
         findings.rows.append(TensorRow(kind, f"d{name}", None, None, meta.shape, meta.dtype, meta.floating is False))
         if meta.floating:
             findings.add(
                 "none-gradient",
                 "warning",
-                f"The gradient for {role} `{name}` is None: {findings.wording.framework} treats it as zero. Return "
-                f"`{findings.wording.zeros_like}({_identifier(name)})` if that is meant, else compute it.",
+                f"The gradient for {role} `{name}` is None: {wording.framework} treats it as zero. Return "
+                f"`{wording.zeros_like}({identifier(name)})` if that is meant, else compute it.",
                 line=line,
                 **where,
             )
@@ -441,7 +353,7 @@ def _check_gradient(
         findings.add(
             "grad-shape",
             "error",
-            _shape_message(role, name, meta.shape, gradient_meta.shape, findings.wording),
+            _shape_message(role, name, meta.shape, gradient_meta.shape, findings),
             line=line,
             **where,
         )
@@ -450,7 +362,7 @@ def _check_gradient(
             "grad-dtype",
             "error",
             f"The gradient for {role} `{name}` is {gradient_meta.dtype} but `{name}` is {meta.dtype}. "
-            f"Cast it: `{findings.wording.cast}(grad, {_identifier(name)}.dtype)`.",
+            f"Cast it: `{wording.cast}(grad, {identifier(name)}.dtype)`.",
             line=line,
             **where,
         )
@@ -460,12 +372,11 @@ def _check_gradient(
         )
 
 
-def _shape_message(role: str, name: str, expected: tuple, got: tuple, wording: Wording) -> str:
-    message = f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; " + (
-        "TensorFlow accepts this silently and fails later, far away."
-        if wording.framework == "TensorFlow"
-        else f"{wording.framework} may accept it and fail later, far away, or fail with an error that does "
-        "not name the cause."
+def _shape_message(role: str, name: str, expected: tuple, got: tuple, findings: Findings) -> str:
+    wording = findings.wording
+    message = (
+        f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
+        f"{wording.wrong_shape}"
     )
     axes = _broadcast_axes(expected, got)
     if axes is not None:
@@ -529,29 +440,15 @@ def _accepts_variables(grad_fn: Any) -> bool:
     return any(p.name == "variables" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-# TensorFlow 1's tf.cond (tf.compat.v1.disable_v2_behavior()) on a vector, when the graph is built.
-_VECTOR_COND_V1 = re.compile(r"Shape must be rank 0 but is rank \d+ for '\{\{node [^}]*Switch\}\}")
-
-# What the frameworks say when a Python `if` meets a tensor of several elements (or a traced one).
-_AMBIGUOUS_TRUTH = (
-    "truth value of an array",  # NumPy, eager TensorFlow and JAX
-    "symbolic `tf.Tensor` as a Python `bool`",  # inside tf.function
-    "Boolean value of Tensor with more than one value",  # PyTorch
-    "Attempted boolean conversion of traced array",  # JAX under a trace
-)
-
-
-def _raised(
-    what: str, target: Target, error: Exception, wording: Wording, grad_fn: Any = None, upstream_count: int = 0
-) -> str:
-    message = f"The {what} of `{target.name}` raised {type(error).__name__}: {_first_lines(error)}"
-    text = str(error)
-    if any(phrase in text for phrase in _AMBIGUOUS_TRUTH) or _VECTOR_COND_V1.search(text):
+def _raised(what: str, findings: Findings, error: Exception, grad_fn: Any = None, upstream_count: int = 0) -> str:
+    wording = findings.wording
+    message = f"The {what} of `{findings.name}` raised {type(error).__name__}: {_first_lines(wording.message(error))}"
+    if wording.is_ambiguous_truth(error):
         message += (
             " A Python `if` (or `tf.cond`) needs a scalar predicate; for an element-wise choice use "
             f"`{wording.where}(condition, a, b)`, which also keeps the gradient element-wise."
         )
-    elif grad_fn is not None and isinstance(error, TypeError) and "positional argument" in text:
+    elif grad_fn is not None and isinstance(error, TypeError) and "positional argument" in str(error):
         message += (
             f" The gradient function receives one upstream gradient per output ({upstream_count} here), "
             "positionally: give it that many parameters."
@@ -559,101 +456,13 @@ def _raised(
     return message
 
 
-def error_text(error: Exception) -> str:
-    """The error's message: for a TensorFlow error raised by a graph that ran, without the stack that created the
-    failing op (which `str` appends)."""
-    message = getattr(error, "message", None)
-    return message if isinstance(message, str) else str(error)
-
-
-def _first_lines(error: Exception) -> str:
-    lines = error_text(error).strip().splitlines()
+def _first_lines(text: str) -> str:
+    lines = text.strip().splitlines()
     text = " ".join(lines[:3]) + (" ..." if len(lines) > 3 else "")
     return text if text.endswith((".", "...", "!", "?")) else text + "."
-
-
-def _line_of(error: Exception, target: Target) -> int | None:
-    """The deepest line of the user's source (the cell) in the exception's traceback.
-
-    An error raised when a graph runs, not where the user's code is, names the
-    graph operation that failed: then the line that created that operation.
-    """
-    line = None
-    traceback = error.__traceback__
-    while traceback is not None:
-        if traceback.tb_frame.f_code.co_filename == target.filename:
-            line = traceback.tb_lineno
-        traceback = traceback.tb_next
-    if line is None:
-        frames = getattr(getattr(error, "op", None), "traceback", None) or ()
-        lines = [frame.lineno for frame in frames if frame.filename == target.filename]
-        line = lines[-1] if lines else None
-    return line
-
-
-def _first_line(function: Any) -> int | None:
-    code = getattr(function, "__code__", None)
-    return code.co_firstlineno if code else None
-
-
-def _source_tree(target: Target) -> ast.Module | None:
-    """The AST of the file or cell `target.raw` was written in (a cell's magic line blanked)."""
-    lines = linecache.getlines(target.filename) if target.filename else []
-    if lines and lines[0].startswith("%%"):
-        lines = ["\n"] + lines[1:]
-    try:
-        return ast.parse("".join(lines))
-    except SyntaxError:
-        return None
-
-
-def _outer_returns(target: Target) -> list[ast.Return]:
-    """The `return` statements of `target.raw` itself, not of functions nested in it."""
-    tree = _source_tree(target)
-    if tree is None:
-        return []
-    first = _first_line(target.raw)
-    body = tree.body if first == 1 else None  # body form: the cell is the function's body
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.FunctionDef)
-            and node.name == target.name
-            and first in (node.lineno, *(decorator.lineno for decorator in node.decorator_list))
-        ):
-            body = node.body
-    returns: list[ast.Return] = []
-    pending = list(body or [])
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Return):
-            returns.append(node)
-        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            pending.extend(ast.iter_child_nodes(node))
-    return sorted(returns, key=lambda node: node.lineno)
-
-
-def _returned_names(target: Target, count: int) -> list[str] | None:
-    """The expressions of the `return a, b, grad` in the source, when it can be found."""
-    for node in _outer_returns(target):
-        if isinstance(node.value, ast.Tuple) and len(node.value.elts) == count:
-            return [ast.unparse(element) for element in node.value.elts]
-    return None
-
-
-def _return_line(target: Target) -> int | None:
-    returns = _outer_returns(target)
-    return returns[-1].lineno if returns else _first_line(target.raw)
 
 
 def _what(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)}"
     return "None" if value is None else f"a {type(value).__name__}"
-
-
-def _listing(names: list[str]) -> str:
-    return ", ".join(f"`{name}`" for name in names)
-
-
-def _identifier(name: str) -> str:
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_")

@@ -29,27 +29,30 @@ from typing import Callable
 
 import numpy as np
 
-from gradmagic.checking.structure import Findings
-from gradmagic.report import Graph, Surrogate
+from gradmagic.checking.findings import Findings
+from gradmagic.checking.linearity import close, response_to_upstream
+from gradmagic.checking.run import CheckRun
+from gradmagic.frameworks.base import Layout, RawGraph
+from gradmagic.report import Surrogate
 
 #: A constant factor closer than this to the true derivative's is a mistake (a typo), not an intended scaling.
 NEAR_ONE = 0.1
 #: Relative tolerance of the structural tests on Jacobians (a multiple of the identity, linearity in the upstream).
 STRUCTURE_RTOL = 1e-6
 
-# The forward's ops that make a surrogate likely, by normalised op name (TensorFlow, JAX, PyTorch spellings).
-_PIECEWISE_CONSTANT = {"round": "round", "rint": "round", "sign": "sign", "floor": "floor", "ceil": "ceil"}
-_CLIPS = {"clipbyvalue", "clip", "clamp", "clip_by_value", "hardtanh"}
+# What the forward's ops do (`RawOp.meaning`, each adapter's spelling normalised) where that makes a surrogate likely.
+_PIECEWISE_CONSTANT = ("round", "sign", "floor", "ceil")
 #: tf.clip_by_value traces as a Minimum and a Maximum.
 _CLIP_PAIR = frozenset({"minimum", "maximum"})
-_STOPS = {"stopgradient", "stop_gradient", "detach"}
+#: A traced forward op that is none of the above.
+OTHER = "op"
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What the check measured that tells an intended surrogate from a mistake."""
 
-    #: Normalised names of the forward's traced ops ("round", "clipbyvalue", ...); None without a graph.
+    #: What the forward's traced ops do ("round", "clip", ..., `OTHER`; see `forward_ops`); None without a graph.
     forward_ops: frozenset[str] | None
     #: The true derivative (finite differences) at every compared element: "zero", "identity", "scaled-identity"
     #: (k times the identity, k != 1), or None (anything else, or not known).
@@ -76,28 +79,31 @@ class Pattern:
         return self.name if self.name.startswith("gradient") else f"a {self.name}"
 
 
-def forward_ops(graph: Graph | None) -> frozenset[str] | None:
-    """The forward's op names from the traced gradient graph, lower case, without PyTorch's `aten.` and overload."""
+def forward_ops(graph: RawGraph | None) -> frozenset[str] | None:
+    """What the forward's traced ops do: their meanings (`RawOp.meaning`), `OTHER` for any other computing op."""
     if graph is None:
         return None
-    names = set()
-    for node in graph.nodes:
-        if node.role == "forward" and node.op:
-            name = node.op.lower().removeprefix("aten.")
-            names.add(name.split(".")[0])
-    return frozenset(names)
+    return frozenset(
+        op.meaning or OTHER for op in graph.ops if op.scope == "forward" and (op.kind == "op" or op.meaning)
+    )
+
+
+def custom_vjps(run: CheckRun, layout: Layout, upstreams: np.ndarray) -> np.ndarray:
+    """[K, N]: the custom vector-Jacobian products at the layout's example point, for the upstream rows."""
+    z = run.z(layout)
+    return run.adapter.vjps(run.target, layout, z[None], upstreams.astype(z.dtype), autodiff=False).custom[0]
 
 
 def recognise(evidence: Evidence) -> Pattern | None:
     """The surrogate pattern the evidence fits, or None when it looks like a mistake."""
     ops = evidence.forward_ops or frozenset()
-    piecewise_constant = sorted({_PIECEWISE_CONSTANT[op] for op in ops if op in _PIECEWISE_CONSTANT})
+    piecewise_constant = [op for op in _PIECEWISE_CONSTANT if op in ops]
     # Flat everywhere it was compared: a quantiser when the graph shows one (or a cast through integers), or
     # when there is no graph to ask; a flat stretch of another op (ReLU below zero) is no evidence.
     flat_forward = bool(piecewise_constant) or (
         evidence.true_derivative == "zero" and (evidence.forward_ops is None or "cast" in ops)
     )
-    clips = bool(ops & _CLIPS) or _CLIP_PAIR <= ops
+    clips = "clip" in ops or _CLIP_PAIR <= ops
     factor = evidence.custom_factor
     # A traced forward without a single computing op passes its input through: its derivative is the identity.
     true_derivative = evidence.true_derivative or ("identity" if evidence.forward_ops == frozenset() else None)
@@ -123,7 +129,7 @@ def recognise(evidence: Evidence) -> Pattern | None:
         )
     if factor is not None and true_derivative == "identity":
         return _scaled_identity(factor)
-    if factor is not None and true_derivative is None and ops and not ops & _STOPS:
+    if factor is not None and true_derivative is None and ops and "stop_gradient" not in ops:
         # A non-linear forward whose custom gradient ignores it: the upstream times a constant.
         if factor == 1:
             return Pattern(
@@ -131,7 +137,7 @@ def recognise(evidence: Evidence) -> Pattern | None:
                 "the custom gradient is the upstream gradient itself, whatever the forward computes",
             )
         return _scaled_identity(factor)
-    if ops & _STOPS:
+    if "stop_gradient" in ops:
         return Pattern(
             "stop_gradient-like forward",
             "the forward uses stop_gradient, so it is built to differentiate as something other than what it computes",
@@ -156,14 +162,15 @@ def full_evidence(
     tolerance: np.ndarray,
     judged: np.ndarray,
     square: bool,
-    vjp: Callable[[np.ndarray], np.ndarray],
+    vjps: Callable[[np.ndarray], np.ndarray],
     seed: int,
     ops: frozenset[str] | None,
 ) -> Evidence:
     """Evidence from dense Jacobians ([outputs, inputs]); `square`: one input and one output of the same shape.
 
-    `vjp(u)` is the custom vector-Jacobian product for upstream `u`, called
-    at three scales of one random `u` (see `_response`).
+    `vjps(upstreams)` are the custom vector-Jacobian products for the rows of
+    `upstreams`, asked for three scales of one random `u` (see
+    `linearity.response_to_upstream`).
     """
     compared = judged & np.isfinite(numerical)
     true_derivative = None
@@ -176,7 +183,7 @@ def full_evidence(
                 true_derivative = "identity" if np.isclose(scale, 1, rtol=1e-3) else "scaled-identity"
     factor = _identity_factor(custom, np.isfinite(custom), None) if square else None
     upstream = np.random.default_rng(seed + 1).standard_normal(custom.shape[0]).astype(custom.dtype)
-    response = _response(vjp, upstream)
+    response = response_to_upstream(vjps, upstream)
     with np.errstate(all="ignore"):
         differs = compared & (np.abs(custom - numerical) > tolerance)
     flat = bool(differs.any()) and bool(np.all(np.abs(numerical[differs]) <= tolerance[differs]))
@@ -187,7 +194,7 @@ def projected_evidence(
     custom_vjp: np.ndarray,
     upstream: np.ndarray,
     square: bool,
-    vjp: Callable[[np.ndarray], np.ndarray],
+    vjps: Callable[[np.ndarray], np.ndarray],
     true_zero: bool,
     ops: frozenset[str] | None,
 ) -> Evidence:
@@ -196,8 +203,8 @@ def projected_evidence(
     factor = None
     if square and custom_vjp.shape == upstream.shape:
         candidate = float(custom_vjp @ upstream / (upstream @ upstream))
-        factor = _rounded(candidate) if _close(custom_vjp, candidate * upstream) else None
-    return Evidence(ops, "zero" if true_zero else None, factor, _response(vjp, upstream))
+        factor = _rounded(candidate) if close(custom_vjp, candidate * upstream) else None
+    return Evidence(ops, "zero" if true_zero else None, factor, response_to_upstream(vjps, upstream))
 
 
 def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarray | None) -> float | None:
@@ -219,33 +226,9 @@ def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarra
     return _rounded(factor) if fits else None
 
 
-def _response(vjp: Callable[[np.ndarray], np.ndarray], upstream: np.ndarray) -> str | None:
-    """How the custom gradient responds to the upstream gradient scaled up a thousandfold, then a millionfold.
-
-    A derivative scales with it ("linear"). Clipping or normalising saturates: the millionfold response is no
-    larger than the thousandfold ("bounded"). Anything else (a squared upstream, a term not multiplied by it)
-    is "nonlinear", a mistake. None when it cannot be told (the gradient fails or is not finite there).
-    """
-    try:
-        base, large, larger = (vjp(scale * upstream) for scale in (1.0, 1e3, 1e6))
-    except Exception:  # the user's gradient function, at larger upstream gradients: no evidence either way
-        return None
-    if not all(np.isfinite(value).all() for value in (base, large, larger)):
-        return None
-    if _close(large, 1e3 * base):
-        return "linear"
-    return "bounded" if np.linalg.norm(larger) <= 2 * np.linalg.norm(large) else "nonlinear"
-
-
 def _rounded(factor: float) -> float:
     """A factor as the user wrote it: -1, not -0.99999994 (float32 rounding)."""
     return float(f"{factor:.6g}") if factor else 0.0
-
-
-def _close(value: np.ndarray, expected: np.ndarray) -> bool:
-    scale = max(float(np.max(np.abs(expected), initial=0)), float(np.max(np.abs(value), initial=0)), 1e-30)
-    precision = max(float(np.finfo(value.dtype).eps), float(np.finfo(expected.dtype).eps)) ** 0.5
-    return bool(np.all(np.abs(value - expected) <= precision * scale))
 
 
 def report_mismatch(
@@ -325,7 +308,7 @@ def autodiff_note(
     values, surrogate_values, true_values = autodiff[differs], custom[differs], numerical[differs]
     with np.errstate(all="ignore"):
         if np.all(np.abs(values) <= tolerance):
-            flat = sorted({_PIECEWISE_CONSTANT[op] for op in (ops or ()) if op in _PIECEWISE_CONSTANT})
+            flat = [op for op in _PIECEWISE_CONSTANT if op in (ops or ())]
             because = f": `{'`, `'.join(flat)}` has derivative zero almost everywhere" if flat else " at these elements"
             return (
                 f" {autodiff_name} of the forward is zero there{because}, so without the custom gradient no "

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradmagic.checking.numeric import Axis, relative_step, step_sizes
-from gradmagic.frameworks.base import Adapter, Layout, Target
-from gradmagic.report import JacobianBlock, Numerics, Problem, Sweep
+from gradmagic.checking.differences import Axis, relative_step, step_sizes
+from gradmagic.checking.run import CheckRun
+from gradmagic.frameworks.base import Layout
+from gradmagic.report import JacobianBlock, Problem, Sweep
 
 #: Points along the sweep.
 POINTS = 201
@@ -23,25 +24,20 @@ POINTS = 201
 ELEMENTWISE_FRACTION = 1e-12
 
 
-def sweep_along(
-    adapter: Adapter,
-    target: Target,
-    original: Layout,
-    precise: Layout,
-    columns: Axis,
-    rows: Axis,
-    numerics: Numerics,
-    problems: list[Problem],
-    options,
-) -> Sweep | None:
-    """The sweep of the first suitable (input, output) pair, preferring the input a problem names; None if none."""
-    choice = _choose(numerics.jacobians, problems, columns)
+def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
+    """The sweep of the first suitable (input, output) pair, preferring the input a problem names; None if none.
+
+    `precise` is the layout the finite differences ran in; the output and the derivatives through the custom gradient
+    and autodiff are in the op's own precision, as the user runs it.
+    """
+    columns, rows, options, problems = run.columns, run.rows, run.options, run.findings.problems
+    choice = _choose(run.numerics.jacobians, problems, columns)
     if choice is None:
         return None
     block, element, output_element, elementwise = choice
     column = int(columns.offsets[columns.names.index(block.input)]) + element
     row = int(rows.offsets[rows.names.index(block.output)]) + output_element
-    z = adapter.initial_vector(original)
+    z = run.z(run.layout)
     if elementwise:  # the same function at every element: the range covers all the example's values
         values = z[columns.offsets[columns.names.index(block.input)] :][: block.shape[1]]
     else:
@@ -50,14 +46,16 @@ def sweep_along(
 
     along = np.repeat(z[None], points.size, axis=0)
     along[:, column] = points
-    values_at, custom, autodiff = adapter.sweep(target, original, along, row, column)
+    one_hot = np.zeros((1, rows.size), z.dtype)
+    one_hot[0, row] = 1
+    vjps = run.adapter.vjps(run.target, run.layout, along, one_hot)
 
-    z_precise = adapter.initial_vector(precise)
+    z_precise = run.z(precise)
     centres = points.astype(z_precise.dtype)
-    steps = step_sizes(centres, relative_step(adapter, str(z_precise.dtype), options.eps))
+    steps = step_sizes(centres, relative_step(str(z_precise.dtype), options.eps))
     shifted = np.repeat(z_precise[None], 2 * points.size, axis=0)
     shifted[:, column] = np.concatenate([centres + steps, centres - steps])
-    evaluations = adapter.evaluate_points(target, precise, shifted)[:, row]
+    evaluations = run.adapter.evaluate(run.target, precise, shifted)[:, row]
     with np.errstate(all="ignore"):
         numerical = (evaluations[: points.size] - evaluations[points.size :]) / (2 * steps)
 
@@ -78,9 +76,9 @@ def sweep_along(
         output_index=output_index,
         example=float(z[column]),
         points=_floats(points),
-        values=_floats(values_at),
-        custom=_floats(custom),
-        autodiff=None if autodiff is None else _floats(autodiff),
+        values=_floats(vjps.outputs[:, row]),
+        custom=_floats(vjps.custom[:, 0, column]),
+        autodiff=None if vjps.autodiff is None else _floats(vjps.autodiff[:, 0, column]),
         numerical=_floats(numerical),
         dtype=str(z.dtype),
         numerical_dtype=str(z_precise.dtype),

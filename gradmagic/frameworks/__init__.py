@@ -1,4 +1,10 @@
-"""Framework adapters: everything that knows TensorFlow sits behind `Adapter`.
+"""Framework adapters: everything that knows a framework sits behind `Adapter` (see `base.py`).
+
+| adapter | module |
+| --- | --- |
+| TensorFlow 2, eager (`tf.custom_gradient`, batches in `tf.function`) | `tensorflow/eager.py` |
+| TensorFlow 1's graph mode (`tf.gradients`, a `tf.compat.v1` Session) | `tensorflow/graph_mode.py` |
+| Keras 3's `keras.ops.custom_gradient` on TensorFlow, JAX, PyTorch | `keras/` |
 
 `get_adapter` imports a framework only when asked, so `%load_ext gradmagic`
 stays light, and turns a missing framework into a message saying what to
@@ -10,39 +16,32 @@ from __future__ import annotations
 import importlib
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 
 from gradmagic.errors import FrameworkUnavailable
 from gradmagic.frameworks.base import Adapter
 
+#: Names accepted by `get_adapter` (and `%config GradientMagics.framework`).
+NAMES = ("tensorflow", "keras")
+#: Keras 3's backends gradmagic checks on, in the order the portability table lists them.
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")
+
 
 @dataclass(frozen=True)
-class _Known:
-    module: str  # gradmagic's adapter module
-    package: str  # the framework's top-level import name
+class Package:
+    """What a framework or backend is imported as, and gradmagic's extra that installs it."""
+
+    module: str
+    extra: str
     display_name: str
-    extra: str  # gradmagic's extra that installs it
-    # The adapter module for TensorFlow 1's graph mode, used where the framework builds graphs instead of running
-    # ops eagerly (the adapter module then has `executes_eagerly()`).
-    graph_module: str | None = None
 
 
-_KNOWN = {
-    "tensorflow": _Known(
-        "gradmagic.frameworks.tensorflow",
-        "tensorflow",
-        "TensorFlow",
-        "tensorflow",
-        graph_module="gradmagic.frameworks.tensorflow_graph",
-    ),
-    # Keras 3 on the backend it was imported with (KERAS_BACKEND): TensorFlow, JAX or PyTorch.
-    "keras": _Known("gradmagic.frameworks.keras", "keras", "Keras 3", "tensorflow"),
+PACKAGES = {
+    "tensorflow": Package("tensorflow", "tensorflow", "TensorFlow"),
+    "keras": Package("keras", "tensorflow", "Keras 3"),
+    "jax": Package("jax", "jax", "JAX"),
+    "torch": Package("torch", "torch", "PyTorch"),
 }
-
-# Keras backends' import names and the gradmagic extra that installs each.
-_BACKEND_EXTRAS = {"jax": "jax", "jaxlib": "jax", "torch": "torch", "tensorflow": "tensorflow"}
-
-#: Names accepted by `get_adapter` (and `%config GradientMagics.framework`).
-NAMES = tuple(_KNOWN)
 
 
 def get_adapter(name: str) -> Adapter:
@@ -52,43 +51,65 @@ def get_adapter(name: str) -> Adapter:
     running ops eagerly: after `tf.compat.v1.disable_eager_execution()`, or
     inside `with tf.Graph().as_default():`.
     """
-    known = _KNOWN[name]
+    if name == "tensorflow":
+        eager = _import("gradmagic.frameworks.tensorflow.eager", name)
+        if eager.executes_eagerly():
+            return eager.ADAPTER
+        return importlib.import_module("gradmagic.frameworks.tensorflow.graph_mode").ADAPTER
+    if name == "keras":
+        adapter = _import("gradmagic.frameworks.keras", name).ADAPTER
+        if (
+            adapter.backend == "tensorflow"
+            and not _import("gradmagic.frameworks.tensorflow.eager", name).executes_eagerly()
+        ):
+            raise FrameworkUnavailable(
+                "Keras 3 needs TensorFlow's eager execution, which is disabled here (TensorFlow 1's graph mode, "
+                "tf.compat.v1.disable_eager_execution()). gradmagic checks tf.custom_gradient ops in graph mode: "
+                "use %%custom_gradient without --keras, or framework='tensorflow'."
+            )
+        return adapter
+    raise ValueError(f"unknown framework {name!r}: give one of {', '.join(map(repr, NAMES))}")
+
+
+def is_keras_variable(value: object) -> bool:
+    """Whether `value` is a Keras variable (without importing Keras: a process that has none has no such value)."""
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(value, keras.Variable)
+
+
+def _import(module: str, framework: str) -> ModuleType:
+    """Import an adapter module; a missing or broken framework becomes a FrameworkUnavailable saying what to do."""
+    package = PACKAGES[framework]
     try:
-        module = importlib.import_module(known.module)
+        return importlib.import_module(module)
     except ModuleNotFoundError as error:
         missing = (error.name or "").split(".")[0]
-        if name == "keras" and missing in _BACKEND_EXTRAS:  # Keras is there, its backend is not
+        if framework == "keras" and missing in (
+            "jax",
+            "jaxlib",
+            "torch",
+            "tensorflow",
+        ):  # Keras is there, its backend not
+            extra = PACKAGES["jax" if missing == "jaxlib" else missing].extra
             raise FrameworkUnavailable(
                 f"Keras is set to run on {missing} (KERAS_BACKEND), which is not installed for this kernel's "
                 f"Python ({sys.executable}). Install it with\n"
-                f"    %pip install 'gradmagic[{_BACKEND_EXTRAS[missing]}]'\n"
+                f"    %pip install 'gradmagic[{extra}]'\n"
                 "then restart the kernel, or choose another backend with KERAS_BACKEND before Keras is imported."
             ) from None
-        if missing != known.package:
+        if missing != package.module:
             raise
         raise FrameworkUnavailable(
-            f"gradmagic needs {known.display_name} to decorate and check ops, and it is not installed for "
+            f"gradmagic needs {package.display_name} to decorate and check ops, and it is not installed for "
             f"this kernel's Python ({sys.executable}). Install it with\n"
-            f"    %pip install 'gradmagic[{known.extra}]'\n"
-            f"(or 'gradmagic[{known.extra}-cpu]' for the CPU-only build, or keep a {known.display_name} "
+            f"    %pip install 'gradmagic[{package.extra}]'\n"
+            f"(or 'gradmagic[{package.extra}-cpu]' for the CPU-only build, or keep a {package.display_name} "
             "you already have), then restart the kernel."
         ) from None
     except FrameworkUnavailable:
         raise
     except Exception as error:
         raise FrameworkUnavailable(
-            f"{known.display_name} is installed but fails to import ({type(error).__name__}: {error}); "
-            f"try `import {known.package}` in a cell to see the full error."
+            f"{package.display_name} is installed but fails to import ({type(error).__name__}: {error}); "
+            f"try `import {package.module}` in a cell to see the full error."
         ) from None
-    if known.graph_module is not None and not module.executes_eagerly():
-        return importlib.import_module(known.graph_module).ADAPTER
-    if (
-        module.ADAPTER.backend == "tensorflow"
-        and not importlib.import_module(_KNOWN["tensorflow"].module).executes_eagerly()
-    ):
-        raise FrameworkUnavailable(
-            "Keras 3 needs TensorFlow's eager execution, which is disabled here (TensorFlow 1's graph mode, "
-            "tf.compat.v1.disable_eager_execution()). gradmagic checks tf.custom_gradient ops in graph mode: "
-            "use %%custom_gradient without --keras, or framework='tensorflow'."
-        )
-    return module.ADAPTER

@@ -1,22 +1,42 @@
-"""The interface between gradmagic and a framework, and the plain types it hands back."""
+"""The interface between the check engine and a framework, and the plain types it hands back.
+
+The engine (`gradmagic.checking`) writes every algorithm once, in NumPy, over
+z: the op's floating inputs, then the variables its forward reads, flattened
+into one vector. An adapter holds what knows its framework: how ops are
+decorated and found behind a callable, how values convert, how the forward
+runs (and which variables it reads), its wording, and four batched
+primitives that run in the framework's compiled form (`tf.function`,
+`jax.jit`, a `tf.compat.v1` Session, eager PyTorch):
+
+* `evaluate`: the forward alone at a batch of points z;
+* `vjps`: vector-Jacobian products at a batch of points for a batch of
+  upstream vectors, through the custom gradient and through autodiff;
+* `second_order`: the Jacobian of the custom vector-Jacobian product;
+* `gradient_graph`: the forward and the backward traced together.
+"""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Any, Callable, ContextManager
 
 import numpy as np
+
+from gradmagic.frameworks.cache import cache_of
+from gradmagic.frameworks.wording import Wording
 
 
 @dataclass(frozen=True)
 class TensorMeta:
-    """Shape and dtype of a tensor, in framework-neutral terms."""
+    """Shape and dtype of a tensor or variable, in framework-neutral terms; `name` for a variable."""
 
     shape: tuple[int | None, ...]
     dtype: str
     floating: bool
+    name: str | None = None
 
     @property
     def size(self) -> int:
@@ -35,7 +55,7 @@ class GradientConvention:
     #: "structure": `grad(upstream)`, one argument shaped like the outputs (JAX);
     #: "keyword": `grad(*inputs, upstream=upstream)`, the op's inputs first (Keras's PyTorch backend).
     upstream: str = "flat"
-    #: Several gradients must come back as a tuple; a list fails (JAX, PyTorch).
+    #: Several gradients must come back as a tuple; a list fails (PyTorch).
     tuple_required: bool = False
     #: The op may have one output tensor only (Keras's PyTorch backend).
     single_output: bool = False
@@ -43,6 +63,9 @@ class GradientConvention:
     #: `(grad_xs, grad_vars)` (TensorFlow); "closed-over": the framework gives them no gradient through the
     #: custom gradient (JAX fails when one is differentiated, PyTorch leaves it without gradient).
     variables: str = "keyword"
+    #: The gradient function must be callable the way this framework calls it, which differs between Keras's
+    #: backends: its signature is checked (Keras), or left to the call (TensorFlow, whose call it is).
+    signature_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,12 +79,16 @@ class Target:
     signature: inspect.Signature | None
     filename: str | None  # where `raw` was written: a cell's linecache name or a file
 
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The forward alone, without its custom gradient: what autodiff and finite differences see."""
+        return self.raw(*args, **kwargs)[0]
+
 
 @dataclass(frozen=True)
 class Layout:
     """The inputs of one check, flattened: what is perturbed and in which order.
 
-    The perturbed vector `z` is the perturbable inputs (floating leaves of the
+    z, the perturbed vector, is the perturbable inputs (floating leaves of the
     positional arguments, flattened in order) followed by the variables.
     """
 
@@ -71,28 +98,37 @@ class Layout:
     perturbable: tuple[int, ...]  # indices into `inputs`
     variables: tuple[Any, ...]  # framework variables read by the forward
 
-    def sizes(self, meta: Callable[[Any], TensorMeta]) -> list[int]:
-        return [meta(self.inputs[k]).size for k in self.perturbable] + [meta(v).size for v in self.variables]
+    @property
+    def perturbed(self) -> list:
+        """The perturbable input leaves, in z's order."""
+        return [self.inputs[k] for k in self.perturbable]
+
+    def with_perturbed(self, values: list) -> list:
+        """All input leaves, the perturbable ones replaced by `values`."""
+        leaves = list(self.inputs)
+        for k, value in zip(self.perturbable, values):
+            leaves[k] = value
+        return leaves
 
 
 @dataclass(frozen=True)
-class FullJacobians:
-    """Dense results for the full-Jacobian mode, rows are output elements, columns perturbed elements."""
+class ForwardRun:
+    """What running the forward once (the structure checks' run) returned, and what the framework saw of it."""
 
-    evaluations: np.ndarray | None  # [2N+1, M]: f(z), then f(z + h_i e_i) for every i, then f(z - h_i e_i)
-    custom: np.ndarray  # [M, N] through the custom gradient
-    autodiff: np.ndarray | None  # [M, N] through the forward's own ops; None if autodiff failed
+    result: Any  # what the raw function returned: (outputs, grad_fn) if the user wrote it right
+    variables: list  # the variables it read, in the order the framework passes them to the gradient function
+    #: Some float64 value of the forward was computed in a narrower float inside (Keras's `ops.sin` on JAX casts
+    #: float64 to float32): finite differences at float64 steps would measure the narrower rounding.
+    narrows_float64: bool = False
 
 
 @dataclass(frozen=True)
-class Projections:
-    """Projection-mode results along directions d_t, for the prober's upstream vector u and gradient g."""
+class Vjps:
+    """Vector-Jacobian products at P points for K upstream vectors (see `Adapter.vjps`), as NumPy in z's dtype."""
 
-    differences: np.ndarray  # [T]: u . (f(z + d_t) - f(z - d_t)) / 2, central differences of u . f along d_t
-    rounding: np.ndarray  # [T]: eps * sum |u * f(z)|: the worst-case rounding of the above
-    rounding_rms: np.ndarray  # [T]: eps * sqrt(sum (u * f(z))^2): the typical size of independent roundings
-    predicted: np.ndarray  # [T]: g . d_t, what the custom gradient predicts
-    magnitude: np.ndarray  # [T]: sum |g * d_t|
+    outputs: np.ndarray  # [P, M]: the forward's flat floating outputs at each point
+    custom: np.ndarray  # [P, K, N]: through the custom gradient (K + M rows with the Jacobian)
+    autodiff: np.ndarray | None  # the same through the forward's own ops; None where autodiff fails
 
 
 @dataclass(frozen=True)
@@ -108,6 +144,10 @@ class RawOp:
     line: int | None  # the line of the user's source that created it
     passthrough: tuple[int, ...] = ()  # for kind "passthrough": the input each output forwards
     label: str = ""  # variables and placeholders: their name
+    #: What the op does, where it tells an intended surrogate gradient from a mistake, in the framework's own
+    #: spelling normalised by the adapter: "round", "sign", "floor", "ceil", "clip", "minimum", "maximum",
+    #: "stop_gradient", "cast"; None for any other op.
+    meaning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +160,7 @@ class RawGraph:
 
 
 class OpProblem(Exception):
-    """A mistake in the user's op that the framework adapter found, raised while running the forward.
+    """A mistake in the user's op that the adapter found, raised while running the forward.
 
     The structure checks turn it into a problem with this code; `op`, a graph
     operation the mistake made (if any), locates it in the user's source.
@@ -133,31 +173,14 @@ class OpProblem(Exception):
         self.op = op
 
 
-class Prober(Protocol):
-    """Measurements for one projection-mode check (see `Adapter.prober`)."""
+class Adapter(abc.ABC):
+    """What the check engine needs from a framework; the rest of the package imports none.
 
-    #: The custom vector-Jacobian product g = J^T u, flattened over z.
-    custom: np.ndarray
-    #: The same through the forward's own ops; None where autodiff is unavailable.
-    autodiff: np.ndarray | None
-    #: The random upstream vector u, flattened over the floating outputs.
-    upstream_vector: np.ndarray
+    Subclasses set the attributes and implement the abstract methods; the
+    defaults fit frameworks whose ops run eagerly.
+    """
 
-    def direction(self, row: int, element: int) -> float:
-        """The value of probe `row`'s direction at `element`: its sign times its step."""
-
-    def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
-        """Central differences along d_t = weights_t * signs[rows_t] * steps, in one compiled call.
-
-        `weights` is [T, N] (per element) or [T, 1] (one factor per direction).
-        Without `rounding`, the rounding fields are NaN and one evaluation is saved.
-        """
-
-
-class Adapter(Protocol):
-    """What gradmagic needs from a framework; the rest of the package imports none."""
-
-    #: Short name, as in `get_adapter(name)`: "tensorflow".
+    #: Short name, as in `get_adapter(name)`: "tensorflow", "keras".
     name: str
     #: Name shown to users: "TensorFlow".
     display_name: str
@@ -166,7 +189,7 @@ class Adapter(Protocol):
     #: The decorator an op is made with, as users write it: "tf.custom_gradient".
     decorator: str
     #: Keras 3's backend ("tensorflow", "jax", "torch") when `name` is "keras", else None.
-    backend: str | None
+    backend: str | None = None
     #: How the gradient function is called and what it may return.
     convention: GradientConvention
     #: The framework's autodiff, as users know it: "tf.GradientTape", "jax.vjp", "torch.autograd".
@@ -175,15 +198,47 @@ class Adapter(Protocol):
     compiled: str
     #: How the op runs: "eager" (ops run as they are called; batches in compiled calls) or "graph"
     #: (TensorFlow 1's graph mode: ops are built into a graph, then run in a tf.compat.v1 Session).
-    mode: str
+    mode: str = "eager"
+    #: How messages name this framework's things, and what its own messages mean.
+    wording: Wording
+
+    # -- ops ----------------------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def decorate(self, function: Callable) -> Callable:
+        """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""
+
+    def resolve(self, op: Callable) -> Target:
+        """The raw function behind `op`: an op made by gradmagic, one decorated by hand, or a plain function
+        returning `(outputs, grad_fn)` (decorated here, once)."""
+        if hasattr(op, "_gradmagic_function"):
+            raw, origin = op._gradmagic_function, "magic"
+        elif (unwrapped := self._unwrap(op)) is not None:
+            raw, origin = unwrapped, "decorated"
+        else:
+            raw, origin = op, "plain"
+            cache, key = cache_of(raw), ("decorated", self.name, self.backend)
+            op = cache.get(key) or cache.setdefault(key, self.decorate(raw))
+        try:
+            signature = inspect.signature(raw)
+        except (TypeError, ValueError):
+            signature = None
+        code = getattr(raw, "__code__", None)
+        name = getattr(raw, "__name__", type(raw).__name__)
+        return Target(raw, op, origin, name, signature, code.co_filename if code else None)
+
+    @abc.abstractmethod
+    def _unwrap(self, op: Callable) -> Callable | None:
+        """The user's function inside an op this framework's decorator made, else None."""
 
     def check_scope(self, target: Target) -> ContextManager[None]:
-        """The context one check of `target` runs in: `check` asks everything else of the adapter inside it.
+        """The context one check of `target` runs in: the engine asks everything else of the adapter inside it.
 
         Graph mode builds in a graph and session of the op's own there (kept
         for its later checks), and restores what it touched on the way out;
         eager frameworks need nothing.
         """
+        return contextlib.nullcontext()
 
     def example_scope(self) -> ContextManager[None]:
         """The context the magics evaluate example inputs (`ARG=EXPR`) in.
@@ -191,109 +246,81 @@ class Adapter(Protocol):
         Graph mode: a graph of their own, so that `x=tf.constant(...)` adds
         nothing to the user's graph, however often it is evaluated again.
         """
+        return contextlib.nullcontext()
 
-    def decorate(self, function: Callable) -> Callable:
-        """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""
+    # -- values -------------------------------------------------------------------------------------------------
 
-    def resolve(self, op: Callable) -> Target:
-        """Find the raw function behind `op` (made by gradmagic, decorated by hand, or plain)."""
-
+    @abc.abstractmethod
     def to_tensors(self, structure: Any) -> Any:
         """Convert the leaves of `structure` to tensors (TypeError/ValueError if one cannot be)."""
 
-    def flatten(self, structure: Any) -> list:
-        """The leaves of a nested structure, `None` included."""
+    @abc.abstractmethod
+    def flatten(self, structure: Any) -> tuple[list, list[str]]:
+        """The leaves of a nested structure (`None` included), and their `[0]['a']`-style paths ("" for a leaf)."""
 
+    @abc.abstractmethod
     def pack(self, structure: Any, leaves: list) -> Any:
         """The inverse of `flatten`."""
 
-    def leaf_paths(self, structure: Any) -> list[str]:
-        """`[0]['a']`-style paths of the leaves, in `flatten` order ("" for a leaf itself)."""
-
+    @abc.abstractmethod
     def meta(self, value: Any) -> TensorMeta | None:
-        """Shape and dtype of a tensor or variable; None for anything else."""
+        """Shape and dtype of a tensor or variable (and a variable's readable name); None for anything else."""
 
+    @abc.abstractmethod
     def to_numpy(self, value: Any) -> np.ndarray:
         """A tensor or variable as a NumPy array."""
 
-    def run_recording_variables(self, call: Callable[[], Any], exclude: list) -> tuple[Any, list]:
-        """Run `call()` (eagerly; in graph mode: build it and run it); return its result and the variables it read
-        (minus `exclude`), in the order the framework passes them to the gradient function."""
+    @abc.abstractmethod
+    def constant(self, array: np.ndarray, dtype: str) -> Any:
+        """A tensor holding `array` in `dtype` (a name: "float32", "bfloat16")."""
+
+    # -- running ------------------------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
+        """Run `call()`, the raw forward, as the framework runs it inside the op (eagerly; in graph mode: built and
+        run); what it returned, the variables it read (minus `exclude`), and whether it narrows float64."""
 
     def call_gradient(self, grad_fn: Callable, args: list, kwargs: dict) -> Any:
-        """What `grad_fn(*args, **kwargs)` returns, computed: errors the gradient function raises only when its ops
-        run (graph mode) are raised here."""
+        """What `grad_fn(*args, **kwargs)` returns, computed: errors the gradient function raises only when its
+        ops run (graph mode) are raised here."""
+        return grad_fn(*args, **kwargs)
 
-    def narrows_float64(self, call: Callable[[], Any]) -> bool:
-        """Whether `call()` (the forward on float64 inputs) computes some float64 value in a narrower dtype inside.
+    @abc.abstractmethod
+    def evaluate(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
+        """[P, M]: the forward alone (`target.raw`, no custom gradient) at each row of `points` ([P, N] values of
+        z), its floating outputs flattened in z's dtype, in one compiled call. Each point sets the variables from
+        its tail; they are put back after."""
 
-        Keras on JAX and PyTorch does (`ops.sin` casts float64 to float32);
-        finite differences at float64 step sizes would then measure the
-        narrower rounding.
-        """
+    @abc.abstractmethod
+    def vjps(
+        self,
+        target: Target,
+        layout: Layout,
+        points: np.ndarray,
+        upstreams: np.ndarray,
+        autodiff: bool = True,
+        jacobian: bool = False,
+    ) -> Vjps:
+        """Vector-Jacobian products in one compiled call, at each row of `points` ([P, N]) for each row of
+        `upstreams` ([K, M], flat over the floating outputs, in z's dtype) and, with `jacobian`, every one-hot
+        upstream after them (the rows of the Jacobian, [M, N]): through the custom gradient (the decorated op, by
+        the framework's own gradient machinery) and, with `autodiff`, through the forward's own ops."""
 
-    def variable_name(self, variable: Any) -> str:
-        """A readable name of a variable."""
+    @abc.abstractmethod
+    def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
+        """[N, N]: the Jacobian in z of the custom vector-Jacobian product J(z)^T u at the layout's own point, by
+        differentiating the gradient function (what nested tapes compute); `upstream` in z's dtype."""
 
-    def constant(self, array: np.ndarray, dtype: str) -> Any:
-        """A tensor holding `array` in `dtype`."""
-
-    def cast(self, value: Any, dtype: str) -> Any:
-        """A floating tensor cast to `dtype`."""
-
-    def machine_epsilon(self, dtype: str) -> float:
-        """The machine epsilon of a floating dtype."""
-
-    def initial_vector(self, layout: Layout) -> np.ndarray:
-        """z as NumPy: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
-
-    def decorated_gradients(self, target: Target, layout: Layout, upstreams: list) -> tuple[list, list]:
-        """Outputs and gradients (inputs, then variables) of the decorated op through the framework's own gradient
-        machinery, compiled where the framework compiles (`compiled`), as NumPy arrays. `upstreams`: one per
-        flattened output."""
-
-    def full_jacobians(self, target: Target, layout: Layout, steps: np.ndarray | None) -> FullJacobians:
-        """Finite-difference evaluations (if `steps`) and the custom and autodiff Jacobians, in one compiled call."""
-
-    def second_order(self, target: Target, layout: Layout, steps: np.ndarray, upstream: np.ndarray) -> FullJacobians:
-        """For h(z) = J(z)^T u, the custom vector-Jacobian product as a function of z: `evaluations` of h at z and
-        z +- steps_i e_i ([2N+1, N]) and `custom`, the Jacobian of h through autodiff of the gradient function."""
-
+    @abc.abstractmethod
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         """The op's forward and backward traced together at these inputs.
 
         `arguments` gives (kind, label) for each input leaf ("input", "x"), then each upstream ("upstream", "doutput").
         """
 
-    def evaluate_points(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
-        """[P, M]: the forward's flat floating outputs at each row of `points` ([P, N] values of z), compiled."""
 
-    def sweep(
-        self, target: Target, layout: Layout, points: np.ndarray, row: int, column: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Along the rows of `points` ([P, N] values of z), compiled: flat floating output element `row`, and its
-        derivative in z[column] through the custom gradient and through autodiff (None where unavailable)."""
-
-    def vjps(self, target: Target, layout: Layout, upstream: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """The custom and the autodiff vector-Jacobian products for `upstream` (flattened over z)."""
-
-    def prober(
-        self, target: Target, layout: Layout, steps: np.ndarray, outputs: int, seed: int, signs: np.ndarray
-    ) -> Prober:
-        """A projection-mode prober for the probes' sign rows (int8 +-1, [probes, N]) and a random upstream
-        vector over `outputs` floating output elements, drawn from `seed`."""
-
-
-class EagerExecution:
-    """What an adapter whose ops run eagerly does for the graph-mode parts of `Adapter`: nothing special."""
-
-    mode = "eager"
-
-    def check_scope(self, target: Target) -> ContextManager[None]:
-        return contextlib.nullcontext()
-
-    def example_scope(self) -> ContextManager[None]:
-        return contextlib.nullcontext()
-
-    def call_gradient(self, grad_fn: Callable, args: list, kwargs: dict) -> Any:
-        return grad_fn(*args, **kwargs)
+def unless_all_nan(values: Any) -> np.ndarray | None:
+    """None when a framework could not take autodiff (it fills the result with NaN inside compiled code)."""
+    values = np.asarray(values)
+    return None if values.size and np.isnan(values).all() else values

@@ -11,7 +11,6 @@ import inspect
 from typing import Any, Callable
 
 import keras
-import numpy as np
 
 from gradmagic.frameworks.base import Layout
 
@@ -67,40 +66,12 @@ def refuse_variables(layout: Layout, backend: str) -> None:
         )
 
 
-def initial_vector(layout: Layout, to_numpy: Callable[[Any], np.ndarray]) -> np.ndarray:
-    """z: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
-    parts = [np.ravel(to_numpy(layout.inputs[k])) for k in layout.perturbable]
-    parts += [np.ravel(to_numpy(v)) for v in layout.variables]
-    dtype = np.result_type(*[p.dtype for p in parts]) if parts else np.float32
-    return np.concatenate([p.astype(dtype) for p in parts]) if parts else np.zeros(0, dtype)
-
-
-def unless_all_nan(autodiff: Any) -> np.ndarray | None:
-    """None when autodiff was unavailable (filled with NaN), else the array."""
-    autodiff = np.asarray(autodiff)
-    return None if autodiff.size and np.isnan(autodiff).all() else autodiff
-
-
 def closure(function: Any) -> dict:
     """The variables a function closes over, by name."""
     code, cells = getattr(function, "__code__", None), getattr(function, "__closure__", None) or ()
     return dict(zip(code.co_freevars, (cell.cell_contents for cell in cells))) if code else {}
 
 
-_CACHE = "__gradmagic_keras_cache__"
-
-
-def cache_of(function: Callable) -> dict:
-    """What gradmagic keeps for a raw function (its compiled functions, its decorated op), stored on it.
-
-    Freed with the function when the notebook redefines it: the entries refer
-    back to the function, so a WeakKeyDictionary keyed by it would never let
-    it go. A callable without attributes gets a fresh cache each time.
-    """
-    cache = getattr(function, _CACHE, None)
-    if cache is None:
-        try:
-            cache = function.__dict__.setdefault(_CACHE, {})
-        except AttributeError:
-            return {}
-    return cache
+def new_variable(value: Any, name: str, trainable: bool) -> keras.Variable:
+    """A Keras variable holding `value` (a notebook's variable rebuilt in another backend's process)."""
+    return keras.Variable(value, name=name, trainable=trainable)

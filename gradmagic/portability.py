@@ -2,7 +2,7 @@
 
 Keras fixes its backend when it is first imported, so each other backend runs
 in a fresh Python process with `KERAS_BACKEND` set (this module is that
-process's entry point too: `python -m gradmagic.checking.portability`). The
+process's entry point too: `python -m gradmagic.portability`). The
 op travels as source, not as an object: the `%%custom_gradient` cell, or the
 source of a function written in a cell or file, compiled under the same name
 so that line numbers in the other backends' problems are the user's own.
@@ -15,6 +15,7 @@ silent pass.
 
 from __future__ import annotations
 
+import dataclasses
 import dis
 import importlib.util
 import inspect
@@ -32,10 +33,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from gradmagic import checking
+from gradmagic.checking.options import CheckOptions
+from gradmagic.frameworks import PACKAGES, is_keras_variable
+from gradmagic.frameworks.wording import backend_name
+from gradmagic.op import info_of
 from gradmagic.report import BackendResult, Problem, Report
-
-#: Keras backends, in the order the table lists them, with the module each needs and the extra that installs it.
-BACKENDS = {"tensorflow": ("tensorflow", "tensorflow"), "jax": ("jax", "jax"), "torch": ("torch", "torch")}
+from gradmagic.source import Cell, compile_cell
 
 _RESULT_MARKER = "@@gradmagic-backend-result@@"
 # Options that only make the per-backend report richer to look at, not its verdict: off in the subprocesses.
@@ -46,50 +50,47 @@ class NotPortable(Exception):
     """The op or its inputs cannot be sent to another process; the message says what and why."""
 
 
-def parse_backends(value: str | list | tuple) -> tuple[str, ...]:
-    """`"all"`, `"jax,torch"` or a list of names to backend names, in table order (ValueError if unknown)."""
-    names = value.split(",") if isinstance(value, str) else list(value)
-    names = [name.strip().lower() for name in names if name.strip()]
-    if names == ["all"]:
-        return tuple(BACKENDS)
-    unknown = [name for name in names if name not in BACKENDS]
-    if unknown:
-        raise ValueError(
-            f"unknown Keras backend{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
-            f"give 'all' or some of {', '.join(BACKENDS)}"
-        )
-    return tuple(name for name in BACKENDS if name in names)
-
-
 def installed(backend: str) -> bool:
     """Whether `backend`'s package can be imported here (without importing it)."""
-    return importlib.util.find_spec(BACKENDS[backend][0]) is not None
+    return importlib.util.find_spec(PACKAGES[backend].module) is not None
+
+
+def with_backends(report: Report, op: Callable, args: tuple, kwargs: dict, options: CheckOptions) -> Report:
+    """`report` (of the check on this process's Keras backend) with the check on every other backend of
+    `options.backends`: a verdict per backend, and each failing backend's first error among the problems."""
+    started = time.perf_counter()
+    results = check_backends(op, args, kwargs, options, here=(report.op.backend, report))
+    others = tuple(result for result in results if result.backend != report.op.backend)
+    return dataclasses.replace(
+        report,
+        problems=report.problems + tuple(summary_problems(others)),
+        backends=results,
+        timings={**report.timings, "backends": time.perf_counter() - started},
+    )
 
 
 def check_backends(
     op: Callable,
     args: tuple,
     kwargs: dict,
-    backends: tuple[str, ...],
-    options: dict,
+    options: CheckOptions,
     here: tuple[str, Report] | None = None,
     timeout: float = 600.0,
 ) -> tuple[BackendResult, ...]:
-    """Check `op` at `args` on each of `backends`, each in its own process, all at once.
+    """Check `op` at `args` on each of `options.backends`, each in its own process, all at once.
 
     `here` is (backend, report) of the check that already ran in this process:
-    that backend is not run again. `options` are the check's options.
+    that backend is not run again.
     """
+    backends = options.backends
     results: dict[str, BackendResult] = {}
     if here is not None and here[0] in backends:
         results[here[0]] = _result(here[0], here[1], seconds=here[1].timings.get("total", 0.0))
     pending = [b for b in backends if b not in results]
     for backend in [b for b in pending if not installed(b)]:
-        results[backend] = BackendResult(
-            backend,
-            "unavailable",
-            note=f"{BACKENDS[backend][0]} is not installed here: pip install 'gradmagic[{BACKENDS[backend][1]}]'",
-        )
+        package = PACKAGES[backend]
+        note = f"{package.module} is not installed here: pip install 'gradmagic[{package.extra}]'"
+        results[backend] = BackendResult(backend, "unavailable", note=note)
     pending = [b for b in pending if b not in results]
     if pending:
         try:
@@ -98,7 +99,7 @@ def check_backends(
                     "recipe": recipe_for(op),
                     "args": _to_arrays(args),
                     "kwargs": _to_arrays(kwargs),
-                    "options": {**options, **_SUBPROCESS_OPTIONS},
+                    "options": {**dataclasses.asdict(options), **_SUBPROCESS_OPTIONS},
                 }
             )
         except NotPortable as error:
@@ -111,8 +112,6 @@ def check_backends(
 
 def summary_problems(results: tuple[BackendResult, ...]) -> list[Problem]:
     """backend-fails (error) for each backend whose check fails; backend-unavailable (info) for those not run."""
-    from gradmagic.checking.wording import backend_name
-
     problems = []
     for result in results:
         name = backend_name(result.backend)
@@ -144,7 +143,7 @@ def _run_all(backends: list[str], payload: bytes, timeout: float) -> dict[str, B
             environment = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
             environment.pop("CUDA_VISIBLE_DEVICES", None)
             processes[backend] = subprocess.Popen(
-                [sys.executable, "-m", "gradmagic.checking.portability"],
+                [sys.executable, "-m", "gradmagic.portability"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -194,9 +193,6 @@ class _Global:
 
 def recipe_for(op: Callable) -> dict:
     """How another process rebuilds `op`: its source (cell or function) and the globals it reads."""
-    from gradmagic.op import info_of
-    from gradmagic.source import Cell, compile_cell
-
     info = info_of(op)
     if info is not None and linecache.getlines(info.filename):
         lines = linecache.getlines(info.filename)
@@ -263,7 +259,7 @@ def _transferable(name: str, value: Any, depth: int) -> list[_Global]:
         return [_Global(name, "module", value.__name__)]
     if isinstance(value, (bool, int, float, complex, str, bytes, type(None), np.ndarray, np.generic)):
         return [_Global(name, "value", value)]
-    if _is_keras_variable(value):
+    if is_keras_variable(value):
         return [_Global(name, "variable", (np.asarray(value.numpy()), getattr(value, "name", name), value.trainable))]
     if hasattr(value, "__array__") and hasattr(value, "shape") and hasattr(value, "dtype"):
         return [_Global(name, "value", _array(value))]
@@ -302,11 +298,6 @@ def _read_names(code: types.CodeType) -> set[str]:
 def _module_level_names(code: types.CodeType) -> set[str]:
     """Names a cell's module code binds itself (defs, imports, assignments): not taken from the notebook."""
     return {i.argval for i in dis.get_instructions(code) if i.opname in ("STORE_NAME", "STORE_GLOBAL", "IMPORT_NAME")}
-
-
-def _is_keras_variable(value: Any) -> bool:
-    keras = sys.modules.get("keras")
-    return keras is not None and isinstance(value, keras.Variable)
 
 
 def _array(value: Any) -> np.ndarray:
@@ -358,10 +349,10 @@ def _rebuilt_global(item: _Global, namespace: dict) -> Any:
     if item.kind == "module":
         return importlib.import_module(item.data)
     if item.kind == "variable":
-        import keras
+        from gradmagic.frameworks.keras.common import new_variable
 
         value, name, trainable = item.data
-        return keras.Variable(value, name=name.split("/")[-1].split(":")[0], trainable=trainable)
+        return new_variable(value, name.split("/")[-1].split(":")[0], trainable)
     if item.kind == "import":
         module, qualname = item.data
         value: Any = importlib.import_module(module)
@@ -384,7 +375,6 @@ def _register(filename: str, text: str) -> None:
 
 def _serve() -> None:
     """Read a pickled request on stdin, check the op on this process's backend, print the report's data."""
-    from gradmagic.checking import check
     from gradmagic.errors import GradmagicError
 
     request = pickle.loads(sys.stdin.buffer.read())  # noqa: S301 - written by gradmagic's parent process
@@ -394,7 +384,8 @@ def _serve() -> None:
         answer: dict = {"unavailable": f"the op could not be rebuilt there: {type(error).__name__}: {error}"}
     else:
         try:
-            report = check(op, *request["args"], kwargs=request["kwargs"], framework="keras", **request["options"])
+            options = CheckOptions(**{**request["options"], "framework": "keras"})
+            report = checking.check(op, request["args"], request["kwargs"], options)
         except GradmagicError as error:  # gradmagic cannot check on this backend: say why
             answer = {"unavailable": str(error)}
         else:

@@ -1,0 +1,134 @@
+"""gradmagic's Python API: `check`, `assert_gradient`, `gradient_graph`, and the context a check ran in.
+
+Above the check engine (`gradmagic.checking`): a check here is the engine's
+check in this process, then, for a Keras op with `backends`, the same op on
+Keras's other backends in processes of their own (`gradmagic.portability`).
+The context is remembered for the report's widget, so that a report left as
+a cell's value can check again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable
+
+from gradmagic import checking, portability
+from gradmagic import inputs as example_inputs
+from gradmagic.checking.options import CheckOptions
+from gradmagic.errors import GradmagicError, InputError
+from gradmagic.frameworks import get_adapter
+from gradmagic.magic_line import split_words
+from gradmagic.notebook import contexts, display
+from gradmagic.notebook.kernel import source_label, user_namespace
+from gradmagic.render.text import render_text
+from gradmagic.report import Graph, Report
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckContext:
+    """What a check was asked: the op, its options, and its inputs (typed as `ARG=EXPR`, or given as values)."""
+
+    op: Callable
+    options: CheckOptions
+    examples: tuple[example_inputs.ExampleInput, ...] = ()  # as typed (magics); evaluated again on re-check
+    arguments: tuple[list, dict] | None = None  # as given (gradmagic.check), used when no inputs are typed
+
+    @property
+    def inputs_text(self) -> str:
+        return " ".join(str(example) for example in self.examples)
+
+    def run(self, args: list, kwargs: dict, progress: Callable[[float, str], None] | None = None) -> Report:
+        """Check the op at these inputs (on the other Keras backends too, if asked); remember this context."""
+        step = progress or (lambda fraction, phase: None)
+        report = checking.check(self.op, tuple(args), kwargs, self.options, step, name_source=source_label)
+        if self.options.backends:
+            step(0.9, "other backends")
+            report = portability.with_backends(report, self.op, tuple(args), kwargs, self.options)
+        step(1.0, "done")
+        contexts.remember(report, self)
+        return report
+
+    def recheck(self, text: str, overrides: dict, progress: Callable[[float, str], None] | None = None) -> Report:
+        """Check again with the inputs typed in `text` (`x=EXPR y=EXPR`; empty: the same inputs) and `overrides`."""
+        examples = example_inputs.parse_example_inputs(split_words(text)) if text.strip() else self.examples
+        if examples:
+            signature = inspect.signature(self.op)
+            example_inputs.check_names(examples, signature, getattr(self.op, "__name__", "op"))
+            with get_adapter(self.options.framework).example_scope():
+                values = example_inputs.evaluate(examples, user_namespace())
+            arguments = example_inputs.bind(signature, values)
+        elif self.arguments is not None:
+            arguments = self.arguments
+        else:
+            raise InputError("Type the example inputs to check at: x=EXPR y=EXPR ...")
+        context = dataclasses.replace(
+            self,
+            options=dataclasses.replace(self.options, **overrides),
+            examples=examples,
+            arguments=None if examples else arguments,
+        )
+        return context.run(*arguments, progress=progress)
+
+
+def check(
+    op: Callable,
+    *args: Any,
+    kwargs: dict | None = None,
+    framework: str = "tensorflow",
+    progress: Callable[[float, str], None] | None = None,
+    **options: Any,
+) -> Report:
+    """Check the custom gradient of `op` at the example inputs `args`; never raises because the op is broken.
+
+    `op` may be an op made by `%%custom_gradient`, a function decorated with
+    `tf.custom_gradient` (or, with `framework="keras"`, `keras.ops.custom_gradient`)
+    by hand, or a plain function returning `(outputs, grad_fn)`. With
+    `framework="keras"` the op runs on the Keras backend of this process, and
+    `backends=[...]` (or `"all"`) also checks it on other backends, each in a
+    subprocess. `kwargs` are keyword arguments for the op (they get no
+    gradient). `options` are the fields of `CheckOptions`. `progress`, if
+    given, is called with the fraction done (0 to 1) and the phase starting.
+    In Jupyter, the report left as a cell's value shows as a widget whose
+    Re-check button runs the check again.
+    """
+    settings = _options(op, kwargs, progress, framework, options)
+    display.register()
+    context = CheckContext(op, settings, arguments=(list(args), dict(kwargs or {})))
+    return context.run(list(args), dict(kwargs or {}), progress=progress)
+
+
+def assert_gradient(op: Callable, *args: Any, **options: Any) -> Report:
+    """`check` for test suites: raise AssertionError with the report's text unless it passes."""
+    report = check(op, *args, **options)
+    if not report.ok:
+        raise AssertionError(render_text(report))
+    return report
+
+
+def gradient_graph(
+    op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", fold: bool = True
+) -> Graph:
+    """The forward and the backward of `op` at `args`, as traced: what the report's `graph` holds.
+
+    Raises GradmagicError, with the report's text, when the op is too broken to trace.
+    """
+    settings = _options(
+        op, kwargs, None, framework, dict(tf_function=False, numbers=False, sweep=False, fold_graph=fold)
+    )
+    display.register()
+    report = checking.check(op, args, kwargs, settings, name_source=source_label)
+    if report.graph is None:
+        raise GradmagicError(f"The gradient graph of `{report.op.name}` cannot be traced:\n{render_text(report)}")
+    return report.graph
+
+
+def _options(op: Any, kwargs: Any, progress: Any, framework: str, options: dict) -> CheckOptions:
+    """The check's options, validated, after the arguments that are not options."""
+    if not callable(op):
+        raise TypeError(f"op must be a custom-gradient op or a function returning (outputs, grad_fn), not {op!r}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs must be a dict of keyword arguments for the op, not {kwargs!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a callable(fraction, phase), not {progress!r}")
+    return CheckOptions.of(framework=framework, **options)

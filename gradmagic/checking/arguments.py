@@ -1,0 +1,69 @@
+"""The example inputs of a check: tensors with readable names, and z's layout over them (and over the variables).
+
+z is what finite differences perturb: the floating leaves of the positional
+arguments, flattened in order, then the variables the forward reads. `columns`
+names its elements (`x[2]`, `dense/w[0, 1]`), `rows` the op's flat floating
+outputs (`output[1][3]`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from gradmagic.checking.differences import Axis
+from gradmagic.checking.run import CheckInputs, CheckRun
+from gradmagic.frameworks.base import Adapter, Layout
+from gradmagic.report import TensorRow
+
+
+def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> None:
+    """The inputs as tensors, named, in the shapes table; `input-type` when one cannot become a tensor."""
+    adapter = run.adapter
+    names = name_inputs(adapter, run.target.signature, args)
+    try:
+        structure = adapter.to_tensors(args)
+    except (TypeError, ValueError) as error:
+        run.findings.add(
+            "input-type",
+            "error",
+            f"An example input cannot become a tensor ({type(error).__name__}: {str(error).splitlines()[0]}). "
+            "Give tensors, NumPy arrays or Python numbers.",
+        )
+        return
+    leaves, _ = adapter.flatten(structure)
+    run.inputs = CheckInputs(structure, kwargs, leaves, names, [adapter.meta(leaf) for leaf in leaves])
+    for name, meta in zip(names, run.inputs.metas):
+        run.findings.rows.append(TensorRow("input", name, meta.shape, meta.dtype))
+
+
+def name_inputs(adapter: Adapter, signature: inspect.Signature | None, args: tuple) -> list[str]:
+    """A readable name per flattened input leaf: `x`, `xs[1]`, `pair['a']`."""
+    parameter_names: list[str] = []
+    if signature is not None:
+        for parameter in signature.parameters.values():
+            if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+                parameter_names.append(parameter.name)
+            elif parameter.kind is parameter.VAR_POSITIONAL:
+                parameter_names += [f"{parameter.name}[{i}]" for i in range(len(args) - len(parameter_names))]
+                break
+    parameter_names += [f"args[{i}]" for i in range(len(parameter_names), len(args))]
+    names = []
+    for name, arg in zip(parameter_names, args):
+        names += [name + path for path in adapter.flatten(arg)[1]]
+    return names
+
+
+def lay_out(run: CheckRun) -> None:
+    """z's layout over the inputs and the trial's variables, and the axes naming its elements and the outputs'."""
+    inputs, trial, adapter = run.inputs, run.trial, run.adapter
+    perturbable = tuple(k for k, meta in enumerate(inputs.metas) if meta.floating)
+    run.layout = Layout(inputs.structure, inputs.kwargs, tuple(inputs.leaves), perturbable, tuple(trial.variables))
+    run.columns = Axis(
+        tuple(inputs.names[k] for k in perturbable) + tuple(trial.variable_names),
+        tuple(tuple(inputs.metas[k].shape) for k in perturbable)
+        + tuple(tuple(adapter.meta(v).shape) for v in trial.variables),
+    )
+    run.rows = Axis(
+        tuple(name for name, meta in zip(trial.output_names, trial.output_metas) if meta.floating),
+        tuple(tuple(meta.shape) for meta in trial.output_metas if meta.floating),
+    )

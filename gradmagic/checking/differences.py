@@ -1,0 +1,143 @@
+"""Finite differences, written once: steps, stencils, tolerances and the scale-aware error, over z.
+
+z is the op's floating inputs, then the variables its forward reads,
+flattened (see `frameworks.base.Layout`). Central differences
+(f(z + h e_i) - f(z - h e_i)) / 2h estimate column i of the Jacobian; each
+step h_i = eps * max(|z_i|, 1) is rounded so that z +- h is exact in the
+element's dtype. An error is |custom - numerical| divided by a tolerance
+made of atol, rtol times the larger value, and the rounding of the
+differences themselves: above 1 is a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Machine epsilon by dtype name (bfloat16 and float16 are not NumPy's own everywhere).
+EPSILONS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+#: Default (rtol, atol) by the dtype finite differences run in.
+TOLERANCES = {
+    "float64": (1e-5, 1e-8),
+    "float32": (2e-2, 1e-3),
+    "float16": (1e-1, 1e-1),
+    "bfloat16": (1e-1, 1e-1),
+}
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Names flat positions along the inputs (columns) or outputs (rows) of a Jacobian."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.cumsum([0] + [int(np.prod(shape)) for shape in self.shapes])
+
+    @property
+    def size(self) -> int:
+        return int(self.offsets[-1])
+
+    def label(self, flat: int) -> tuple[str, tuple[int, ...]]:
+        """The name and the element index of flat position `flat`."""
+        part = int(np.searchsorted(self.offsets, flat, side="right") - 1)
+        index = np.unravel_index(flat - self.offsets[part], self.shapes[part]) if self.shapes[part] else ()
+        return self.names[part], tuple(int(i) for i in index)
+
+
+def machine_epsilon(dtype: str) -> float:
+    return EPSILONS.get(dtype, EPSILONS["float32"])
+
+
+def tolerances(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """(rtol, atol): the given ones, or the defaults of the dtype the finite differences run in."""
+    default_rtol, default_atol = TOLERANCES.get(dtype, TOLERANCES["float32"])
+    return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+def relative_step(dtype: str, eps: float | None) -> float:
+    """The relative finite-difference step: `eps` if given, else machine epsilon ** (1/3) of `dtype`."""
+    return eps if eps is not None else machine_epsilon(dtype) ** (1 / 3)
+
+
+def step_sizes(values: np.ndarray, relative: float) -> np.ndarray:
+    """relative * max(|values|, 1), rounded so that values + h and values - h are exact in values' dtype."""
+    raw = (relative * np.maximum(np.abs(values), 1)).astype(values.dtype)
+    return (values + raw) - values
+
+
+def steps_for(z: np.ndarray, dtypes: list[str], sizes: list[int], eps: float | None) -> np.ndarray:
+    """Per-element steps for z, whose parts (inputs, then variables) have these dtypes and sizes: each part's steps
+    are those of its own precision, made exact in it."""
+    steps = np.empty_like(z)
+    offset = 0
+    for dtype, size in zip(dtypes, sizes):
+        part = slice(offset, offset + size)
+        values = z[part].astype(np.dtype(dtype) if dtype in ("float16", "float32", "float64") else np.float32)
+        steps[part] = step_sizes(values, relative_step(dtype, eps))
+        offset += size
+    return steps
+
+
+def central_points(z: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """[2N + 1, N]: z, then z + h_i e_i for every i, then z - h_i e_i (the full-mode stencil)."""
+    identity = np.diag(steps)
+    return np.concatenate([z[None], z[None] + identity, z[None] - identity])
+
+
+def central_differences(evaluations: np.ndarray, custom: np.ndarray, steps: np.ndarray, rtol: float, atol: float):
+    """Central differences and the scale-aware error of `custom` against them, in the [N, M] layout.
+
+    `evaluations` holds f at `central_points`; `custom` is the [M, N] Jacobian
+    to judge. The tolerance adds the rounding of the differences themselves to
+    atol and rtol; an error above 1 is a mismatch. In-place arithmetic: N x M
+    entries. Returns (numerical, tolerance, error), each [N, M].
+    """
+    n = steps.size
+    plus, minus = evaluations[1 : n + 1], evaluations[n + 1 :]
+    h = steps[:, None]
+    with np.errstate(all="ignore"):
+        custom_t = np.ascontiguousarray(custom.T)
+        numerical_t = np.subtract(plus, minus)
+        numerical_t /= 2 * h
+        tolerance_t = np.abs(plus)
+        tolerance_t += np.abs(minus)
+        tolerance_t *= 10 * np.finfo(evaluations.dtype).eps / (2 * h)  # the rounding of the differences
+        tolerance_t += rtol * np.maximum(np.abs(custom_t), np.abs(numerical_t))
+        tolerance_t += atol
+        error_t = np.subtract(custom_t, numerical_t)
+        np.abs(error_t, out=error_t)
+        error_t /= tolerance_t
+    return numerical_t, tolerance_t, error_t
+
+
+def judge(numerical_t: np.ndarray, error_t: np.ndarray, left_out: np.ndarray):
+    """Worst entries (as Jacobian (row, column)), the judged and the mismatched entries (Jacobian layout).
+
+    NaN errors (a NaN custom gradient) count as mismatches; entries not judged
+    (a column `left_out`, or no finite difference) become -1 in `error_t`.
+    """
+    np.nan_to_num(error_t, copy=False, nan=np.inf)
+    error_t[~np.isfinite(numerical_t)] = -1
+    error_t[left_out] = -1
+    ranked = [(output, element) for element, output in largest(error_t, 10)]
+    return ranked, error_t.T >= 0, error_t.T > 1
+
+
+def largest(values: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """(row, column) of the `count` largest entries of a 2-D array, largest first.
+
+    Row maxima first, then only the best rows: one pass over the array,
+    where a flat partial sort is slow on the many equal entries (structural
+    zeros) of a Jacobian.
+    """
+    row_maxima = values.max(axis=1)
+    count = min(count, values.size)
+    rows = np.argsort(row_maxima)[::-1][:count]
+    candidates = [
+        (values[row, column], int(row), int(column)) for row in rows for column in np.argsort(values[row])[::-1][:count]
+    ]
+    return [(row, column) for _, row, column in sorted(candidates, reverse=True)[:count]]

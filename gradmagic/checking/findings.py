@@ -1,0 +1,52 @@
+"""What the checks have found so far: problems, the rows of the shapes table, a surrogate gradient.
+
+Every phase records here and reads `failed` to decide whether the next can
+run; the Report is made from it at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradmagic.frameworks.wording import Wording
+from gradmagic.report import Location, Problem, Surrogate, TensorRow
+
+#: How many element indices a message lists.
+LISTED = 5
+
+
+@dataclass
+class Findings:
+    """Problems and shapes-table rows, as the checks find them."""
+
+    name: str  # the op's name, as messages quote it
+    wording: Wording  # how messages name the framework's things
+    source: str | None = None  # how the user names the op's source: "Cell In[3]" or a file path
+    problems: list[Problem] = field(default_factory=list)
+    rows: list[TensorRow] = field(default_factory=list)
+    surrogate: Surrogate | None = None  # a declared or recognised surrogate gradient (see surrogate.py)
+
+    def add(self, code: str, severity: str, message: str, **location: Any) -> None:
+        if location.get("line") is not None:
+            location.setdefault("filename", self.source)
+        self.problems.append(Problem(code, severity, message, Location(**location) if location else None))
+
+    @property
+    def failed(self) -> bool:
+        return any(problem.severity == "error" for problem in self.problems)
+
+
+def listing(names: list[str]) -> str:
+    """`a`, `b`: names as a message quotes them."""
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def identifier(name: str) -> str:
+    """A Python identifier standing for an input's name in suggested code: `xs[1]` -> `xs_1`."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_")
+
+
+def plural(count: int, word: str) -> str:
+    """`1 gradient`, `2 gradients`."""
+    return f"{count} {word}{'s' if count != 1 else ''}"

@@ -1,0 +1,325 @@
+"""Full-Jacobian mode (few elements): the custom gradient against finite differences and autodiff, element by
+element.
+
+Three dense Jacobians: custom (every row a vector-Jacobian product through
+the custom gradient), numerical (central differences, every perturbation in
+one compiled call) and autodiff (through the forward's own ops), compared with
+a scale-aware tolerance. An element whose one-sided slopes disagree at two
+step sizes sits on a non-differentiable point and is left out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradmagic.checking import surrogate
+from gradmagic.checking.differences import (
+    Axis,
+    central_differences,
+    central_points,
+    judge,
+    relative_step,
+    steps_for,
+    tolerances,
+)
+from gradmagic.checking.findings import LISTED, Findings
+from gradmagic.checking.run import CheckRun
+from gradmagic.frameworks.base import Layout, Vjps
+from gradmagic.report import ElementComparison, JacobianBlock, Numerics, element_label
+
+#: Dense Jacobians up to this many entries go into the report (for heatmaps).
+REPORTED_JACOBIAN_ENTRIES = 4096
+#: One-sided differences disagreeing by more than this fraction mark a non-differentiable point.
+KINK_FRACTION = 0.01
+
+
+def jacobians(run: CheckRun, layout: Layout) -> Vjps:
+    """The custom and autodiff Jacobians ([M, N] in `custom[0]`, `autodiff[0]`) at the layout's example point;
+    those in the op's own precision were taken with the compiled comparison when it ran."""
+    if layout is run.layout and run.own_precision is not None:
+        own = run.own_precision
+        return Vjps(own.outputs, own.custom[:, 1:], None if own.autodiff is None else own.autodiff[:, 1:])
+    z = run.z(layout)
+    return run.adapter.vjps(run.target, layout, z[None], np.zeros((0, run.rows.size), z.dtype), jacobian=True)
+
+
+def compare_full(run: CheckRun, layout: Layout) -> Numerics:
+    """Full-Jacobian comparison in `layout`'s precision; records fd-mismatch (or surrogate-*),
+    nondifferentiable-point and autodiff-* problems."""
+    adapter, target, options, findings = run.adapter, run.target, run.options, run.findings
+    columns, rows = run.columns, run.rows
+    z = run.z(layout)
+    dtype = str(z.dtype)
+    rtol, atol = tolerances(dtype, options.rtol, options.atol)
+    steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
+    evaluations = adapter.evaluate(target, layout, central_points(z, steps))
+    precise = jacobians(run, layout)
+    own = precise if layout is run.layout else jacobians(run, run.layout)
+    custom = precise.custom[0]
+    autodiff = None if precise.autodiff is None else precise.autodiff[0]
+
+    n = z.size
+    center, plus, minus = evaluations[0], evaluations[1 : n + 1], evaluations[n + 1 :]
+    h = steps[:, None]
+    numerical_t, tolerance_t, error_t = central_differences(evaluations, custom, steps, rtol, atol)
+    with np.errstate(all="ignore"):
+        # One-sided slopes differ by |f(z+h) + f(z-h) - 2 f(z)| / h: h * f'' when smooth, the slope jump at a kink.
+        jump_t = np.add(plus, minus)
+        jump_t -= 2 * center
+        np.abs(jump_t, out=jump_t)
+        jump_t /= h
+    candidates = np.flatnonzero((jump_t > tolerance_t).any(axis=1))
+    kinks = _kinks(run, layout, z, steps, center, plus, minus, candidates, tolerance_t)
+    ranked, judged, mismatched = judge(numerical_t, error_t, kinks)
+    numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
+
+    own_autodiff = None if own.autodiff is None else own.autodiff[0]
+    if kinks.any():
+        _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings)
+    if mismatched.any():
+        _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
+    elif options.surrogate:
+        surrogate.report_declared_match(findings)
+    _report_autodiff(
+        own.custom[0],
+        own_autodiff,
+        numerical,
+        autodiff,
+        tolerance,
+        judged,
+        mismatched,
+        original_z=run.z(run.layout),
+        columns=columns,
+        rows=rows,
+        findings=findings,
+    )
+
+    worst = [
+        _element(columns, rows, row, column, custom, numerical, own_autodiff, error)
+        for row, column in ranked
+        if judged[row, column]
+    ]
+    blocks = _blocks(columns, rows, custom, numerical, own_autodiff) if custom.size <= REPORTED_JACOBIAN_ENTRIES else []
+    finite_errors = error_t[(error_t >= 0) & (error_t < np.inf)]
+    return Numerics(
+        mode="full",
+        dtype=dtype,
+        rtol=rtol,
+        atol=atol,
+        eps=relative_step(dtype, options.eps),
+        elements=n,
+        max_error=float(finite_errors.max()) if finite_errors.size else None,
+        worst=tuple(worst),
+        jacobians=tuple(blocks),
+    )
+
+
+def report_listing(ranked, mismatched, columns: Axis, rows: Axis, values) -> tuple[list[str], tuple[int, int]]:
+    """The worst mismatched entries as `d out[i] / d in[j]: <values(row, column)>`, and the worst (row, column)."""
+    entries = [(row, column) for row, column in ranked if mismatched[row, column]]
+    lines = []
+    for row, column in entries[:LISTED]:
+        output, output_index = rows.label(int(row))
+        element, index = columns.label(int(column))
+        lines.append(
+            f"d {element_label(output, output_index)} / d {element_label(element, index)}: {values(row, column)}"
+        )
+    return lines, entries[0]
+
+
+def _kinks(run: CheckRun, layout: Layout, z, steps, center, plus, minus, candidates, tolerance_t) -> np.ndarray:
+    """Which perturbed elements sit on a kink: their slope jump does not shrink with the step.
+
+    Smooth: one-sided slopes differ by h * f'', half as much at half the step.
+    Kink: the jump stays. Only candidates (a jump above tolerance at step h)
+    are evaluated again at half the step, in one compiled call.
+    """
+    kinks = np.zeros(z.size, bool)
+    if not candidates.size:
+        return kinks
+    half = np.zeros((candidates.size, z.size), z.dtype)
+    half[np.arange(candidates.size), candidates] = steps[candidates] / 2
+    halves = run.adapter.evaluate(run.target, layout, np.concatenate([z + half, z - half]))
+    for position, column in enumerate(candidates):
+        step = steps[column]
+        forward_side, backward_side = (plus[column] - center) / step, (center - minus[column]) / step
+        jump = np.abs(forward_side - backward_side)
+        half_jump = np.abs((halves[position] - 2 * center + halves[candidates.size + position]) / (step / 2))
+        kink_tolerance = tolerance_t[column] + KINK_FRACTION * (np.abs(forward_side) + np.abs(backward_side))
+        kinks[column] = bool(np.any((jump > kink_tolerance) & (half_jump > 0.75 * jump)))
+    return kinks
+
+
+def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings) -> None:
+    kink_columns = np.flatnonzero(kinks)
+    forward_side, backward_side = forward_side_t.T, backward_side_t.T
+    for column in kink_columns[:LISTED]:
+        name, index = columns.label(int(column))
+        row = int(np.argmax(np.abs(forward_side[:, column] - backward_side[:, column])))
+        findings.add(
+            "nondifferentiable-point",
+            "warning",
+            f"At {element_label(name, index)} = {z[column]:.6g} the forward is not differentiable: its slope is "
+            f"{backward_side[row, column]:.6g} from the left and {forward_side[row, column]:.6g} from the right. "
+            "This element is left out of the finite-difference comparison; any value between is a valid "
+            "subgradient. Check the op at a point away from the kink too.",
+            input=name,
+            index=index,
+        )
+    if len(kink_columns) > LISTED:
+        findings.add(
+            "nondifferentiable-point",
+            "warning",
+            f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.",
+        )
+
+
+def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged):
+    """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py)."""
+    options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
+    count = int(mismatched.sum())
+    label = "surrogate" if options.surrogate else "custom"
+    listing, (row, column) = report_listing(
+        ranked,
+        mismatched,
+        columns,
+        rows,
+        lambda row, column: f"{label} {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}",
+    )
+    input_name, index = columns.label(int(column))
+    output_name, output_index = rows.label(int(row))
+    square = len(columns.names) == 1 and len(rows.names) == 1 and columns.shapes == rows.shapes
+    with np.errstate(all="ignore"):
+        largest = float(np.nanmax(np.abs(custom - numerical)[mismatched]))
+    where = f"at {count} of {custom.size} Jacobian element{'s' if custom.size > 1 else ''}"
+
+    def vjp(upstream: np.ndarray) -> np.ndarray:
+        return surrogate.custom_vjps(run, layout, upstream)
+
+    surrogate.report_mismatch(
+        findings,
+        options.surrogate,
+        surrogate.full_evidence(custom, numerical, tolerance, judged, square, vjp, options.seed, run.forward_ops),
+        where + (f", by up to {largest:.3g}" if options.surrogate else ""),
+        "; ".join(listing),
+        dict(input=input_name, index=index, output=output_name, output_index=output_index),
+        _pattern(mismatched, custom, numerical),
+        surrogate.autodiff_note(
+            autodiff, custom, numerical, mismatched, tolerance, findings.wording.autodiff, run.forward_ops
+        )
+        if options.surrogate
+        else "",
+    )
+
+
+def _pattern(mismatched, custom, numerical) -> str:
+    """A hint when the mismatch has a simple shape: a constant factor, a flipped sign, a dropped term."""
+    compared = mismatched & (np.abs(numerical) > 0)
+    if compared.sum() < 2 or mismatched.sum() != compared.sum():
+        return ""
+    ratios = custom[compared] / numerical[compared]
+    ratio = float(np.median(ratios))
+    if np.allclose(ratios, ratio, rtol=1e-3, atol=1e-9) and np.all(np.isfinite(ratios)):
+        if np.isclose(ratio, -1, rtol=1e-3):
+            return " The custom gradient has the opposite sign wherever it is wrong: a sign is flipped."
+        if np.isclose(ratio, 0, atol=1e-9):
+            return " The custom gradient is zero wherever it is wrong: a term is missing."
+        return (
+            f" Wherever it is wrong, the custom gradient is {ratio:.6g} times the finite differences: "
+            "a constant factor is off."
+        )
+    return ""
+
+
+def _report_autodiff(
+    own_custom,
+    own_autodiff,
+    numerical,
+    autodiff,
+    tolerance,
+    judged,
+    mismatched,
+    *,
+    original_z,
+    columns: Axis,
+    rows: Axis,
+    findings: Findings,
+) -> None:
+    """autodiff-nonfinite (in the op's own precision) and autodiff-differs (in the finite differences')."""
+    if own_autodiff is not None and not np.isfinite(own_autodiff).all():
+        with np.errstate(all="ignore"):
+            rescued = ~np.isfinite(own_autodiff) & np.isfinite(own_custom) & ~mismatched
+        rescued_columns = np.flatnonzero(rescued.any(axis=0))
+        if rescued_columns.size:
+            column = int(rescued_columns[0])
+            row = int(np.argmax(np.where(rescued[:, column], np.abs(own_custom[:, column]), -1)))
+            name, index = columns.label(column)
+            output_name, output_index = rows.label(row)
+            count = rescued_columns.size
+            findings.add(
+                "autodiff-nonfinite",
+                "info",
+                f"{findings.wording.autodiff} of the forward is NaN/Inf at {count} input "
+                f"element{'s' if count > 1 else ''}: at {element_label(name, index)} = {original_z[column]:.6g}, "
+                f"for d {element_label(output_name, output_index)} "
+                f"autodiff gives {own_autodiff[row, column]:.6g}, the custom gradient "
+                f"{own_custom[row, column]:.6g} and finite differences {numerical[row, column]:.6g}. "
+                "The custom gradient fixes it.",
+                input=name,
+                index=index,
+                output=output_name,
+                output_index=output_index,
+            )
+    if autodiff is not None:
+        with np.errstate(all="ignore"):
+            differs = np.abs(autodiff - numerical) > tolerance  # False where either is NaN
+        if differs.any():
+            differs &= judged & ~mismatched
+        if differs.any():
+            row, column = np.argwhere(differs)[0]
+            name, index = columns.label(int(column))
+            findings.add(
+                "autodiff-differs",
+                "info",
+                f"{findings.wording.autodiff} of the forward differs from the true derivative at {int(differs.sum())} "
+                f"element{'s' if differs.sum() > 1 else ''} (at {element_label(name, index)}: autodiff "
+                f"{autodiff[row, column]:.6g}, finite differences {numerical[row, column]:.6g}), while the custom "
+                "gradient matches: the forward uses ops whose registered gradient is not their derivative "
+                f"(round, sign, {findings.wording.stop_gradient}, ...).",
+                input=name,
+                index=index,
+            )
+
+
+def _element(columns: Axis, rows: Axis, row, column, custom, numerical, autodiff, error) -> ElementComparison:
+    name, index = columns.label(int(column))
+    output_name, output_index = rows.label(int(row))
+    return ElementComparison(
+        name,
+        index,
+        output_name,
+        output_index,
+        float(custom[row, column]),
+        float(numerical[row, column]),
+        None if autodiff is None else float(autodiff[row, column]),
+        float(error[row, column]),
+    )
+
+
+def _blocks(columns: Axis, rows: Axis, custom, numerical, autodiff) -> list[JacobianBlock]:
+    blocks = []
+    for input_name, start, stop in zip(columns.names, columns.offsets, columns.offsets[1:]):
+        for output_name, row_start, row_stop in zip(rows.names, rows.offsets, rows.offsets[1:]):
+            part = (slice(row_start, row_stop), slice(start, stop))
+            missing = np.full(custom[part].size, np.nan)
+            blocks.append(
+                JacobianBlock(
+                    input_name,
+                    output_name,
+                    (int(row_stop - row_start), int(stop - start)),
+                    [float(v) for v in custom[part].ravel()],
+                    [float(v) for v in numerical[part].ravel()],
+                    [float(v) for v in (autodiff[part].ravel() if autodiff is not None else missing)],
+                )
+            )
+    return blocks

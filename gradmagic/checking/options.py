@@ -1,0 +1,144 @@
+"""The options of a check: one object, from `gradmagic.check` and the magics' line and `%config` to every phase.
+
+Each option is validated where the object is made, so a bad value is an
+error naming the option (never a check that silently judges nothing, or
+judges with a tolerance that lets every gradient pass).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gradmagic.errors import OptionError
+from gradmagic.frameworks import KERAS_BACKENDS, NAMES
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Options of `check` (and defaults of `%config GradientMagics`)."""
+
+    framework: str = "tensorflow"  # "tensorflow" (tf.custom_gradient) or "keras" (keras.ops.custom_gradient)
+    rtol: float | None = None  # relative tolerance; None: by dtype (float64 1e-5, float32 2e-2)
+    atol: float | None = None  # absolute tolerance; None: by dtype (float64 1e-8, float32 1e-3)
+    eps: float | None = None  # relative finite-difference step; None: machine epsilon ** (1/3)
+    full_threshold: int = 2000  # perturbed elements up to which dense Jacobians are compared
+    probes: int = 4  # projection mode: random directions
+    seed: int = 0  # random upstream gradients and directions
+    float64: bool = True  # run finite differences in float64 when the op accepts it
+    tf_function: bool = True  # also take the gradient compiled (tf.function, jax.jit) and compare with eager
+    graph: bool = True  # trace the forward and the backward and put the graph in the report
+    fold_graph: bool = True  # fold framework plumbing (Identity, NoOp, scalar constants) out of the graph
+    order: int = 1  # 2: also check the derivative of the custom gradient (full mode)
+    numbers: bool = True  # compare with finite differences and autodiff (False: structure, graph only)
+    sweep: bool = True  # full mode: sweep one input element (a scalar input, or an element-wise op)
+    sweep_range: tuple[float, float] | None = None  # the swept element's range; None: around the example
+    sweep_points: int = 201
+    backends: tuple[str, ...] = ()  # Keras ops: also check on these backends ("all" or names), each in a subprocess
+    surrogate: bool = False  # the custom gradient is deliberately not the derivative: a mismatch informs, not fails
+
+    def __post_init__(self) -> None:
+        if self.framework not in NAMES:
+            raise OptionError(f"framework must be one of {', '.join(map(repr, NAMES))}, not {self.framework!r}")
+        for name in ("rtol", "atol"):
+            self._set(name, _number(name, getattr(self, name), minimum=0.0, optional=True))
+        self._set("eps", _number("eps", self.eps, minimum=0.0, exclusive=True, optional=True))
+        if self.eps is not None and self.eps >= 1:
+            raise OptionError(
+                f"eps is the relative finite-difference step: give a small positive number, not {self.eps!r}"
+            )
+        for name, minimum in (("full_threshold", 0), ("probes", 1), ("seed", 0), ("sweep_points", 2)):
+            self._set(name, _integer(name, getattr(self, name), minimum))
+        for name in ("float64", "tf_function", "graph", "fold_graph", "numbers", "sweep", "surrogate"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"{name} must be True or False, not {getattr(self, name)!r}")
+        if self.order not in (1, 2) or isinstance(self.order, bool):
+            raise OptionError(f"order must be 1 or 2, not {self.order!r}")
+        if self.sweep_range is not None:
+            self._set("sweep_range", _range(self.sweep_range))
+        self._set("backends", parse_backends(self.backends))
+        if self.backends and self.framework != "keras":
+            raise OptionError(
+                "backends checks a keras.ops.custom_gradient op on Keras's backends: make the op with "
+                "%%custom_gradient --keras (or %config GradientMagics.framework = 'keras'), or check it with "
+                "framework='keras'"
+            )
+
+    @classmethod
+    def of(cls, **options: Any) -> CheckOptions:
+        """The options from keyword arguments; an unknown name is a TypeError listing the known ones."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(
+                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: the options are "
+                f"{', '.join(sorted(known))}"
+            )
+        return cls(**options)
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+
+def parse_backends(value: str | list | tuple) -> tuple[str, ...]:
+    """`"all"`, `"jax,torch"` or a list of names to backend names, in table order (OptionError if unknown)."""
+    if not isinstance(value, (str, list, tuple)):
+        raise OptionError(f"backends must be 'all' or a list of backend names, not {value!r}")
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [str(name).strip().lower() for name in names if str(name).strip()]
+    if names == ["all"]:
+        return KERAS_BACKENDS
+    unknown = [name for name in names if name not in KERAS_BACKENDS]
+    if unknown:
+        raise OptionError(
+            f"backends: unknown Keras backend{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+            f"give 'all' or some of {', '.join(KERAS_BACKENDS)}"
+        )
+    return tuple(name for name in KERAS_BACKENDS if name in names)
+
+
+def _number(
+    name: str, value: Any, minimum: float | None = None, exclusive: bool = False, optional: bool = False
+) -> float | None:
+    """`value` as a finite float, at least (or, `exclusive`, above) `minimum`; None if `optional` and None."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or (not isinstance(value, (int, float)) and not _is_real_scalar(value)):
+        raise OptionError(f"{name} must be a number, not {value!r}")
+    number = float(value)
+    below = minimum is not None and (number < minimum or (exclusive and number == minimum))
+    if not math.isfinite(number) or below:
+        bound = "" if minimum is None else f" {'greater than' if exclusive else 'at least'} {minimum:g}"
+        raise OptionError(f"{name} must be a finite number{bound}, not {value!r}")
+    return number
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not (isinstance(value, int) or _is_integer_scalar(value)):
+        raise OptionError(f"{name} must be a whole number, not {value!r}")
+    if int(value) < minimum:
+        raise OptionError(f"{name} must be at least {minimum}, not {value!r}")
+    return int(value)
+
+
+def _range(value: Any) -> tuple[float, float]:
+    try:
+        start, stop = (_number("sweep_range", v) for v in value)
+    except (TypeError, ValueError):
+        raise OptionError(f"sweep_range must be (start, stop), two numbers, not {value!r}") from None
+    if not start < stop:
+        raise OptionError(f"sweep_range must be (start, stop) with start < stop, not {value!r}")
+    return start, stop
+
+
+def _is_real_scalar(value: Any) -> bool:
+    """NumPy's scalars and 0-d arrays of a real number (without importing NumPy here for the check)."""
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    return kind in ("f", "i", "u") and getattr(value, "shape", None) == ()
+
+
+def _is_integer_scalar(value: Any) -> bool:
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    return kind in ("i", "u") and getattr(value, "shape", None) == ()

@@ -1,0 +1,142 @@
+"""One check, as the phases see it: the op, its options, what was found, and what the phases computed so far.
+
+`check` makes a `CheckRun` and hands it to each phase in turn; a phase reads
+what the earlier ones left (the inputs as tensors, the eager trial, the
+layout of z) and adds its own. The Report is made from it at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from gradmagic.checking.differences import Axis
+from gradmagic.checking.findings import Findings
+from gradmagic.checking.options import CheckOptions
+from gradmagic.frameworks.base import Adapter, Layout, RawGraph, Target, TensorMeta, Vjps
+from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
+
+
+@dataclass
+class CheckInputs:
+    """The example inputs of one check, as tensors, with a name per leaf."""
+
+    structure: tuple  # positional arguments, leaves converted to tensors
+    kwargs: dict
+    leaves: list
+    names: list[str]
+    metas: list[TensorMeta]
+
+
+@dataclass
+class Trial:
+    """What one eager run of the forward and the gradient function returned."""
+
+    outputs: list
+    output_names: list[str]
+    output_metas: list[TensorMeta]
+    variables: list
+    variable_names: list[str]
+    upstreams: list
+    gradients: list | None = None  # one per input leaf
+    variable_gradients: list | None = None
+
+
+@dataclass
+class CheckRun:
+    """The state of one check, passed from phase to phase."""
+
+    adapter: Adapter
+    target: Target
+    options: CheckOptions
+    findings: Findings
+    progress: Callable[[float, str], None]
+    started: float = field(default_factory=time.perf_counter)
+    timings: dict[str, float] = field(default_factory=dict)
+    inputs: CheckInputs | None = None
+    trial: Trial | None = None
+    layout: Layout | None = None  # z at the example inputs, in their own precision
+    precise: Layout | None = None  # the same in float64 where the op accepts it (finite differences run there)
+    columns: Axis | None = None  # names z's elements: the perturbable inputs, then the variables
+    rows: Axis | None = None  # names the flat floating outputs
+    raw_graph: RawGraph | None = None
+    forward_ops: frozenset[str] | None = None  # what the traced forward's ops do (see surrogate.forward_ops)
+    graph: Graph | None = None
+    numerics: Numerics = field(default_factory=lambda: Numerics(mode="skipped", skipped_because="structure errors"))
+    sweep: Sweep | None = None
+    #: Vector-Jacobian products at the example point in the op's own precision, for the trial's upstream (row 0)
+    #: and, in full mode, every one-hot upstream (rows 1 to M): taken once, compared with the trial and reused.
+    own_precision: Vjps | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.findings.failed
+
+    @contextlib.contextmanager
+    def phase(self, name: str, fraction: float, timing: str | None = None):
+        """A phase of the check: progress reported as it starts, its time recorded under `timing`."""
+        self.progress(fraction, name)
+        mark = time.perf_counter()
+        try:
+            yield
+        finally:
+            if timing is not None:
+                self.timings[timing] = self.timings.get(timing, 0.0) + time.perf_counter() - mark
+
+    def z(self, layout: Layout) -> np.ndarray:
+        """z as NumPy: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
+        to_numpy = self.adapter.to_numpy
+        parts = [np.ravel(to_numpy(leaf)) for leaf in layout.perturbed] + [
+            np.ravel(to_numpy(v)) for v in layout.variables
+        ]
+        dtype = np.result_type(*[part.dtype for part in parts]) if parts else np.float32
+        return np.concatenate([part.astype(dtype) for part in parts]) if parts else np.zeros(0, dtype)
+
+    def dtypes_and_sizes(self, layout: Layout) -> tuple[list[str], list[int]]:
+        """The dtype and size of each part of z (the perturbable inputs, then the variables)."""
+        metas = [self.adapter.meta(leaf) for leaf in layout.perturbed] + [
+            self.adapter.meta(v) for v in layout.variables
+        ]
+        return [meta.dtype for meta in metas], [meta.size for meta in metas]
+
+    def report(self) -> Report:
+        self.timings["total"] = time.perf_counter() - self.started
+        adapter, target, options = self.adapter, self.target, self.options
+        description = OpDescription(
+            target.name,
+            str(target.signature) if target.signature else "(...)",
+            adapter.name,
+            adapter.version,
+            target.origin,
+            adapter.mode,
+            self.findings.source,
+            adapter.backend,
+        )
+        surrogate = self.findings.surrogate or (Surrogate(declared=True) if options.surrogate else None)
+        return Report(
+            description,
+            tuple(self.findings.problems),
+            tuple(self.findings.rows),
+            self.numerics,
+            dict(self.timings),
+            dataclasses.asdict(options),
+            self.graph,
+            self.sweep,
+            surrogate=surrogate,
+        )
+
+
+def flat_upstream(run: CheckRun, dtype: Any) -> np.ndarray:
+    """The trial's upstream gradients of the floating outputs, flattened into one vector of `dtype`."""
+    trial = run.trial
+    parts = [
+        np.ravel(run.adapter.to_numpy(upstream)).astype(dtype)
+        for upstream, meta in zip(trial.upstreams, trial.output_metas)
+        if meta.floating
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)

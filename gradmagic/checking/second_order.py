@@ -1,0 +1,54 @@
+"""Order 2: the custom gradient, as a function of the inputs, against its finite differences.
+
+h(z) = J(z)^T u for a random upstream u; its Jacobian through autodiff of
+the gradient function is what nested tapes (Hessians, gradient penalties)
+compute, and central differences of h say what it should be.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradmagic.checking.differences import Axis, central_differences, central_points, judge, steps_for, tolerances
+from gradmagic.checking.full import report_listing
+from gradmagic.checking.run import CheckRun
+from gradmagic.frameworks.base import Layout
+
+
+def compare_second_order(run: CheckRun, layout: Layout) -> None:
+    """`second-order-mismatch` where the derivative of the custom gradient disagrees with its finite differences."""
+    adapter, target, options, findings, columns = run.adapter, run.target, run.options, run.findings, run.columns
+    z = run.z(layout)
+    rtol, atol = tolerances(str(z.dtype), options.rtol, options.atol)
+    steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
+    upstream = np.random.default_rng(options.seed).standard_normal(run.rows.size).astype(z.dtype)
+    evaluations = adapter.vjps(target, layout, central_points(z, steps), upstream[None], autodiff=False).custom[:, 0]
+    jacobian = adapter.second_order(target, layout, upstream)
+    numerical_t, _, error_t = central_differences(evaluations, jacobian, steps, rtol, atol)
+    ranked, _, mismatched = judge(numerical_t, error_t, np.zeros(z.size, bool))
+    if not mismatched.any():
+        return
+    gradients = Axis(tuple(f"d{name}" for name in columns.names), columns.shapes)
+    listing, (_, column) = report_listing(
+        ranked,
+        mismatched,
+        columns,
+        gradients,
+        lambda row, column: (
+            f"through the gradient function {jacobian[row, column]:.6g}, "
+            f"finite differences {numerical_t[column, row]:.6g}"
+        ),
+    )
+    name, index = columns.label(int(column))
+    findings.add(
+        "second-order-mismatch",
+        "error",
+        f"Second order: the derivative of the custom gradient (what nested tapes compute) disagrees with finite "
+        f"differences of the custom gradient at {int(mismatched.sum())} of {mismatched.size} elements. "
+        + "; ".join(listing)
+        + ". The gradient function is right at this point but its own ops do not "
+        "differentiate to the second derivative: compute it from differentiable tensors (not constants or "
+        f"{findings.wording.stop_gradient}), or give it a custom gradient too." + findings.wording.second_order,
+        input=name,
+        index=index,
+    )

@@ -1,0 +1,98 @@
+"""How messages name Keras's things on its JAX and PyTorch backends, and what those backends' messages mean (measured
+with Keras 3.15, JAX 0.10.2 and PyTorch 2.13)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradmagic.frameworks.wording import Wording
+
+_KERAS_OPS = {
+    "zeros_like": "ops.zeros_like",
+    "cast": "ops.cast",
+    "reduce_sum": "ops.sum",
+    "reshape": "ops.reshape",
+    "where": "ops.where",
+    "softplus": "ops.softplus",
+    "stop_gradient": "ops.stop_gradient",
+}
+_KEYWORD_BINDING = (
+    "bind them with functools.partial before decorating, or make the op with %%custom_gradient --keras, whose op "
+    "accepts them."
+)
+
+
+@dataclass(frozen=True)
+class JaxWording(Wording):
+    def closed_over_consequence(self, plural: bool) -> str:
+        return (
+            "On Keras's JAX backend, jax.custom_gradient gives gradients for the op's explicit inputs only, so "
+            f"differentiating {'them' if plural else 'it'} (as a Keras trainer does) fails with JAX's "
+            "UnexpectedTracerError, 'Encountered an unexpected tracer'"
+        )
+
+
+@dataclass(frozen=True)
+class TorchWording(Wording):
+    def list_failure(self, inputs: int) -> str:
+        # Keras wraps what is not a tuple as one gradient: backward returns (None, [grads...]).
+        if inputs == 1:
+            error = "RuntimeError: expected Variable or None (got list)"
+        else:
+            error = (
+                "RuntimeError: function CustomGradientFunctionBackward returned an incorrect number of gradients "
+                f"(expected {inputs + 1}, got 2)"
+            )
+        return f"Keras's torch.autograd.Function takes the list for one gradient, and PyTorch fails with '{error}'"
+
+    def closed_over_consequence(self, plural: bool) -> str:
+        return (
+            "Keras's PyTorch backend runs the forward under torch.no_grad inside a torch.autograd.Function, so "
+            f"{'they get' if plural else 'it gets'} no gradient at all, silently (`.grad` stays None and an optimizer "
+            "never moves it)"
+        )
+
+    def several_outputs(self, count: int) -> str:
+        # keras/src/backend/torch/core.py: CustomGradientFunction.backward(ctx, grad_output) takes one upstream.
+        return (
+            "its torch.autograd.Function receives a single upstream gradient, and taking the gradient fails with "
+            "`TypeError: CustomGradientFunction.backward() takes 2 positional arguments but "
+            f"{count + 1} were given`"
+        )
+
+
+KERAS_ON_JAX = JaxWording(
+    framework="Keras on JAX",
+    runs_on="Keras's JAX backend",
+    decorator="keras.ops.custom_gradient",
+    autodiff="JAX's own gradient (jax.vjp)",
+    compiled="inside jax.jit",
+    wrong_shape="Keras on JAX may accept it and fail later, far away, or fail with an error that does not name the "
+    "cause.",
+    wrong_count="Keras on JAX reports this only when the gradient is taken.",
+    ambiguous_truth=("truth value of an array", "Attempted boolean conversion of traced array"),
+    keyword_refusal=("positional-only arguments",),
+    keyword_refusal_sentence="keras.ops.custom_gradient on JAX refuses keyword arguments",
+    keyword_binding_advice=_KEYWORD_BINDING,
+    **_KERAS_OPS,
+)
+
+KERAS_ON_TORCH = TorchWording(
+    framework="Keras on PyTorch",
+    runs_on="Keras's PyTorch backend",
+    decorator="keras.ops.custom_gradient",
+    autodiff="PyTorch's own gradient (torch.autograd)",
+    compiled="with Keras's torch.autograd.Function",
+    wrong_shape="Keras on PyTorch may accept it and fail later, far away, or fail with an error that does not name "
+    "the cause.",
+    wrong_count="Keras on PyTorch reports this only when the gradient is taken.",
+    # keras/src/backend/torch/core.py: CustomGradientFunction.forward runs the forward under torch.no_grad.
+    second_order=" On Keras's PyTorch backend the forward runs under torch.no_grad, so the tensors the gradient "
+    "function closes over from the forward have no derivative: compute them in the gradient function from the op's "
+    "inputs, which it receives as its `*args`.",
+    ambiguous_truth=("truth value of an array", "Boolean value of Tensor with more than one value"),
+    keyword_refusal=("forward() got an unexpected keyword argument",),
+    keyword_refusal_sentence="keras.ops.custom_gradient on PyTorch refuses keyword arguments",
+    keyword_binding_advice=_KEYWORD_BINDING,
+    **_KERAS_OPS,
+)

@@ -1,0 +1,343 @@
+"""TensorFlow 2: `tf.custom_gradient` ops run eagerly; a check's batches run inside `tf.function`s, traced once per
+op and input layout (see `tracing`). Importing this module imports TensorFlow."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
+
+from gradmagic.frameworks.base import (
+    Adapter,
+    ForwardRun,
+    GradientConvention,
+    Layout,
+    RawGraph,
+    Target,
+    TensorMeta,
+    Vjps,
+    unless_all_nan,
+)
+from gradmagic.frameworks.tensorflow import tracing
+from gradmagic.frameworks.tensorflow.building import (
+    autodiff_or_nan,
+    call,
+    flat_gradients,
+    flat_outputs,
+    input_leaves_at,
+    over_rows,
+    sources,
+    variable_values,
+)
+from gradmagic.frameworks.tensorflow.traced_ops import raw_op
+from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
+
+
+def executes_eagerly() -> bool:
+    """Whether TensorFlow runs ops as they are called here (else it builds graphs: TensorFlow 1's graph mode)."""
+    return tf.executing_eagerly()
+
+
+class TensorFlowAdapter(Adapter):
+    """`tf.custom_gradient` ops, called eagerly or inside `tf.function`."""
+
+    name = "tensorflow"
+    display_name = "TensorFlow"
+    version = tf.__version__
+    decorator = "tf.custom_gradient"
+    convention = GradientConvention()
+    autodiff = "tf.GradientTape"
+    compiled = "tf.function"
+    wording = TENSORFLOW
+
+    def decorate(self, function: Callable) -> Callable:
+        """Decorate with `tf.custom_gradient`; the op also works where TensorFlow's alone fails.
+
+        * Keyword arguments: eagerly, `tf.custom_gradient` passes them through
+          as constants that get no gradient; inside `tf.function` it refuses
+          them ("supports keywords arguments only when eager execution is
+          enabled"). Here graph mode gets the eager behaviour.
+        * AutoGraph: TensorFlow's op exposes the user's function as
+          `__wrapped__`, and a `tf.function` that receives the op as an
+          argument follows it and calls the raw function, which returns
+          `(outputs, grad_fn)` instead of outputs. This op exposes its
+          signature (`__signature__`) but not the raw function, and every call
+          it makes to the user's code goes through `tf.custom_gradient`, which
+          AutoGraph leaves unconverted: the user's code runs as written.
+        """
+        op = tf.custom_gradient(function)
+
+        def custom_gradient_op(*args, **kwargs):
+            __tracebackhide__ = True
+            if kwargs and not tf.executing_eagerly():
+                with_keywords = functools.partial(function, **kwargs)
+                with_keywords.__name__ = function.__name__
+                return tf.custom_gradient(with_keywords)(*args)
+            return op(*args, **kwargs)
+
+        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(custom_gradient_op, attribute, getattr(function, attribute))
+        custom_gradient_op.__signature__ = inspect.signature(function)
+        custom_gradient_op._gradmagic_function = function
+        return custom_gradient_op
+
+    def _unwrap(self, op: Callable) -> Callable | None:
+        decorator = getattr(op, "_tf_decorator", None)
+        if decorator is not None and decorator.decorator_name == "custom_gradient":
+            return decorator.decorated_target
+        return None
+
+    # -- values ---------------------------------------------------------------------------------------------------
+
+    def to_tensors(self, structure: Any) -> Any:
+        return tf.nest.map_structure(tf.convert_to_tensor, structure)
+
+    def flatten(self, structure: Any) -> tuple[list, list[str]]:
+        flat = nest.flatten_with_tuple_paths(structure)
+        return [leaf for _, leaf in flat], ["".join(f"[{step!r}]" for step in path) for path, _ in flat]
+
+    def pack(self, structure: Any, leaves: list) -> Any:
+        return tf.nest.pack_sequence_as(structure, leaves)
+
+    def meta(self, value: Any) -> TensorMeta | None:
+        if not isinstance(value, (tf.Tensor, tf.Variable, np.ndarray)):
+            return None
+        dtype = tf.as_dtype(value.dtype)
+        name = value.name.removesuffix(":0") if isinstance(value, tf.Variable) else None
+        return TensorMeta(tuple(value.shape), dtype.name, dtype.is_floating, name)
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+    def constant(self, array: np.ndarray, dtype: str) -> Any:
+        return tf.constant(array, dtype=dtype)
+
+    # -- running --------------------------------------------------------------------------------------------------
+
+    def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
+        # The trainable variables a tape watches are those tf.custom_gradient hands to grad_fn. TensorFlow does not
+        # mix dtypes implicitly: an explicit tf.cast to float32 shows in the outputs.
+        with tf.GradientTape() as tape:
+            result = call()
+        return ForwardRun(result, [v for v in tape.watched_variables() if not any(v is other for other in exclude)])
+
+    def evaluate(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
+        def compute(inputs, points):
+            return _map(layout, lambda point: _forward_at(target, layout, inputs, point), points)
+
+        signature = [_specs(layout.inputs), tf.TensorSpec([None, points.shape[1]], points.dtype)]
+        compiled = self._compiled(target, layout, "evaluate", compute, signature)
+        with _VariablesRestored(layout):
+            return compiled(list(layout.inputs), tf.constant(points)).numpy()
+
+    def vjps(
+        self,
+        target: Target,
+        layout: Layout,
+        points: np.ndarray,
+        upstreams: np.ndarray,
+        autodiff: bool = True,
+        jacobian: bool = False,
+    ) -> Vjps:
+        one_point, count = len(points) == 1, len(upstreams)
+        dtype = tf.as_dtype(points.dtype)
+
+        def compute(inputs, points, upstreams):
+            def at(point):
+                leaves = _leaves_at(layout, inputs, point)
+                outputs, custom = _outputs_and_vjps(layout, leaves, target.op, upstreams, dtype, jacobian)
+                if not autodiff:
+                    return outputs, custom
+                plain_vjps = autodiff_or_nan(
+                    lambda: _outputs_and_vjps(layout, leaves, target.forward, upstreams, dtype, jacobian)[1], custom
+                )
+                return outputs, custom, plain_vjps
+
+            if one_point:
+                return [result[None] for result in at(points[0])]
+            return _map(layout, at, points, results=3 if autodiff else 2, vectorize=count == 1 and not jacobian)
+
+        signature = [
+            _specs(layout.inputs),
+            tf.TensorSpec([1 if one_point else None, points.shape[1]], dtype),
+            tf.TensorSpec([count if count <= 1 else None, None], dtype),
+        ]
+        kind = f"vjps/{one_point}/{min(count, 2)}/{autodiff}/{jacobian}"
+        compiled = self._compiled(target, layout, kind, compute, signature)
+        with _VariablesRestored(layout):
+            results = compiled(list(layout.inputs), tf.constant(points), tf.constant(upstreams, dtype))
+        return Vjps(results[0].numpy(), results[1].numpy(), unless_all_nan(results[2].numpy()) if autodiff else None)
+
+    def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
+        """The Jacobian of the custom VJP J(z)^T u, by an outer tape around the gradient function's ops."""
+        dtype = tf.as_dtype(upstream.dtype)
+
+        def compute(inputs, upstream):
+            watched = [inputs[k] for k in layout.perturbable]
+            with tf.GradientTape() as outer:
+                outer.watch(watched)
+                gradient = _outputs_and_vjps(layout, inputs, target.op, upstream[None], dtype)[1][0]
+            blocks = outer.jacobian(
+                gradient,
+                sources(layout, inputs),
+                unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                experimental_use_pfor=False,
+            )
+            return tf.concat([tf.reshape(tf.cast(block, dtype), [tf.size(gradient), -1]) for block in blocks], axis=1)
+
+        compiled = self._compiled(target, layout, "second_order", compute)
+        return compiled(list(layout.inputs), tf.constant(upstream)).numpy()
+
+    def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
+        """Trace forward (name scope "forward") and backward ("backward") in one graph and classify its ops."""
+
+        def traced(inputs, upstreams):
+            watched = [inputs[k] for k in layout.perturbable]
+            with tf.name_scope("forward"):
+                with tf.GradientTape() as tape:
+                    tape.watch(watched)
+                    outputs = tf.nest.flatten(call(target.op, layout, inputs))
+            with tf.name_scope("backward"):
+                gradients = tape.gradient(
+                    outputs,
+                    watched + list(layout.variables),
+                    output_gradients=upstreams,
+                    unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                )
+            return outputs, gradients
+
+        concrete = self._compiled(target, layout, "gradient_graph", traced).get_concrete_function(
+            _specs(layout.inputs), _specs(upstreams)
+        )
+        graph = concrete.graph
+        placeholders = {tensor.op.name: kind_and_label for tensor, kind_and_label in zip(graph.inputs, arguments)}
+        variables = {
+            internal.op.name: variable
+            for external, internal in graph.captures
+            for variable in layout.variables
+            if external is variable.handle
+        }
+        ops = [raw_op(op, target.filename, placeholders, variables) for op in graph.get_operations()]
+        flat = [(t.op.name, t.value_index) for t in concrete.outputs]
+        count = len(tf.nest.flatten(concrete.structured_outputs[0]))
+        return RawGraph(tuple(ops), tuple(flat[:count]), tuple(flat[count:]))
+
+    def _compiled(
+        self, target: Target, layout: Layout, kind: str, function: Callable, input_signature: list | None = None
+    ) -> tracing.Compiled:
+        """`function` compiled for this op and input layout, traced once and reused by later checks."""
+        key = (
+            kind,
+            id(target.op),
+            str(tf.nest.map_structure(lambda leaf: (tuple(leaf.shape), leaf.dtype.name), layout.structure)),
+            layout.perturbable,
+            tuple(id(v) for v in layout.variables),
+            tuple(sorted((name, id(value)) for name, value in layout.kwargs.items())),
+        )
+        return tracing.compiled(function, target.raw, key, input_signature)
+
+
+class KerasTensorFlowAdapter(TensorFlowAdapter):
+    """`keras.ops.custom_gradient` on Keras 3's TensorFlow backend, where it is `tf.custom_gradient` itself.
+
+    Ops are decorated and checked as TensorFlow's; only the names differ.
+    """
+
+    name = "keras"
+    display_name = "Keras 3 (TensorFlow backend)"
+    decorator = "keras.ops.custom_gradient"
+    backend = "tensorflow"
+    convention = GradientConvention(signature_checked=True)
+    wording = KERAS_ON_TENSORFLOW
+
+    @property
+    def version(self) -> str:
+        import keras
+
+        return f"keras {keras.__version__}, tensorflow {tf.__version__}"
+
+
+# -- the pieces of the compiled functions --------------------------------------------------------------------------
+
+
+def _specs(tensors) -> list:
+    return [tf.TensorSpec(t.shape, t.dtype) for t in tensors]
+
+
+def _outputs_and_vjps(
+    layout: Layout, leaves: list, forward: Callable, upstreams: tf.Tensor, dtype: tf.DType, jacobian: bool = False
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The flat floating outputs of `forward` at the leaves, and [K, N]: its VJP for each upstream row, then with
+    `jacobian` the Jacobian's M rows."""
+    watched = [leaves[k] for k in layout.perturbable]
+    count = upstreams.shape[0]
+    with tf.GradientTape(persistent=count != 1 or jacobian) as tape:
+        tape.watch(watched)
+        flat = flat_outputs(call(forward, layout, leaves), dtype)
+    targets = watched + list(layout.variables)
+
+    def vjp(upstream: tf.Tensor) -> tf.Tensor:
+        gradients = tape.gradient(
+            flat, targets, output_gradients=upstream, unconnected_gradients=tf.UnconnectedGradients.ZERO
+        )
+        return flat_gradients(gradients, dtype)
+
+    rows = []
+    if count == 1:
+        rows.append(vjp(upstreams[0])[None])
+    elif count != 0:
+        rows.append(over_rows(vjp, upstreams))
+    if jacobian:  # by pfor over the outputs, with no identity matrix of M x M
+        try:
+            blocks = tape.jacobian(flat, targets, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        except ValueError:  # pfor cannot vectorise some op: a loop, still in one compiled call
+            blocks = tape.jacobian(
+                flat, targets, unconnected_gradients=tf.UnconnectedGradients.ZERO, experimental_use_pfor=False
+            )
+        size = tf.size(flat)
+        rows.append(tf.concat([tf.cast(tf.reshape(block, [size, -1]), dtype) for block in blocks], axis=1))
+    return flat, rows[0] if len(rows) == 1 else tf.concat(rows, axis=0)
+
+
+def _leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> list:
+    """The input leaves at the point z; the variables are assigned from z's tail."""
+    leaves, offset = input_leaves_at(layout, inputs, z)
+    for variable, value in variable_values(layout, z, offset):
+        variable.assign(value)
+    return leaves
+
+
+def _forward_at(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
+    """The raw forward at the point z, flattened, in z's dtype."""
+    return flat_outputs(call(target.forward, layout, _leaves_at(layout, inputs, z)), z.dtype)
+
+
+def _map(layout: Layout, function: Callable, points: tf.Tensor, results: int = 1, vectorize: bool = True) -> Any:
+    """`function` over the rows of `points` in one compiled call: vectorised, or a loop when the points assign
+    variables (or `vectorize` is off). It returns `results` tensors in z's dtype."""
+    if vectorize and not layout.variables:
+        return tf.vectorized_map(function, points, fallback_to_while_loop=True)
+    signature = tuple(tf.TensorSpec(None, points.dtype) for _ in range(results))
+    return tf.map_fn(function, points, fn_output_signature=signature[0] if results == 1 else signature)
+
+
+class _VariablesRestored:
+    """Put the variables back exactly as they were, whatever happens in between."""
+
+    def __init__(self, layout: Layout):
+        self.saved = [(v, v.numpy()) for v in layout.variables]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        for variable, value in self.saved:
+            variable.assign(value)
+        return False
+
+
+ADAPTER = TensorFlowAdapter()

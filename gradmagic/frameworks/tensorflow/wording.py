@@ -1,0 +1,88 @@
+"""How messages name TensorFlow's things, and what TensorFlow's own messages mean (measured with TensorFlow 2.21)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from gradmagic.frameworks.wording import Wording
+
+# TensorFlow 1's tf.cond (tf.compat.v1.disable_v2_behavior()) on a vector, when the graph is built.
+_VECTOR_COND_V1 = re.compile(r"Shape must be rank 0 but is rank \d+ for '\{\{node [^}]*Switch\}\}")
+
+
+@dataclass(frozen=True)
+class TensorFlowWording(Wording):
+    """TensorFlow's errors carry more than their message: the stack that created a failing graph op, framing."""
+
+    def message(self, error: BaseException) -> str:
+        # A TensorFlow error raised by a graph that ran: `str` appends the stack that created the failing op.
+        message = getattr(error, "message", None)
+        return message if isinstance(message, str) else str(error)
+
+    def cause(self, error: BaseException) -> str:
+        # TensorFlow puts the sentence that says what went wrong last, after 'in user code:' and frames.
+        text = self.message(error)
+        lines = [
+            line.strip() for line in text.strip().splitlines() if line.strip() and not line.strip().startswith("[[")
+        ]
+        if ("in user code:" in text or "Graph execution error" in text) and lines:
+            return lines[-1]
+        return " ".join(lines[:3])
+
+    def is_ambiguous_truth(self, error: BaseException) -> bool:
+        return super().is_ambiguous_truth(error) or bool(_VECTOR_COND_V1.search(str(error)))
+
+    def created_line(self, error: BaseException, filename: str) -> int | None:
+        frames = getattr(getattr(error, "op", None), "traceback", None) or ()
+        lines = [frame.lineno for frame in frames if frame.filename == filename]
+        return lines[-1] if lines else None
+
+
+TENSORFLOW = TensorFlowWording(
+    framework="TensorFlow",
+    runs_on="TensorFlow",
+    decorator="tf.custom_gradient",
+    autodiff="TensorFlow's own gradient",
+    compiled="inside tf.function",
+    zeros_like="tf.zeros_like",
+    cast="tf.cast",
+    reduce_sum="tf.reduce_sum",
+    reshape="tf.reshape",
+    where="tf.where",
+    softplus="tf.math.softplus",
+    stop_gradient="tf.stop_gradient",
+    wrong_shape="TensorFlow accepts this silently and fails later, far away.",
+    wrong_count="TensorFlow reports this only when the gradient is taken, and inside tf.function as an InternalError "
+    "about 'too few gradients'.",
+    ambiguous_truth=("truth value of an array", "symbolic `tf.Tensor` as a Python `bool`"),
+    keyword_refusal=("keywords arguments only when eager",),
+    keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments inside tf.function",
+)
+
+#: TensorFlow 1's graph mode: every call builds into a graph, run in a tf.compat.v1 Session.
+GRAPH_MODE = dataclasses.replace(
+    TENSORFLOW,
+    autodiff="TensorFlow's own gradient (tf.gradients)",
+    compiled="in a tf.compat.v1 Session",
+    direct="when gradmagic calls it and its gradient function itself",
+    traced_advice="",
+    keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments in graph mode",
+)
+
+#: Keras 3 on TensorFlow: `keras.ops.custom_gradient` is `tf.custom_gradient`; advice names Keras's ops.
+KERAS_ON_TENSORFLOW = dataclasses.replace(
+    TENSORFLOW,
+    framework="Keras on TensorFlow",
+    runs_on="Keras's TensorFlow backend",
+    decorator="keras.ops.custom_gradient",
+    autodiff="TensorFlow's own gradient (tf.GradientTape)",
+    zeros_like="ops.zeros_like",
+    cast="ops.cast",
+    reduce_sum="ops.sum",
+    reshape="ops.reshape",
+    where="ops.where",
+    softplus="ops.softplus",
+    stop_gradient="ops.stop_gradient",
+)

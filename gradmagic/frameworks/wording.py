@@ -1,0 +1,96 @@
+"""How messages name a framework's things, and what the framework's own messages mean.
+
+Each adapter holds a `Wording`: the names its users write (`tf.reduce_sum`,
+`ops.sum`), what the framework does with mistakes it does not report where
+they are made, and how to read its error messages. The check engine builds
+its messages from these, so that advice reads as the user's own code would
+and no framework's phrases are written outside `frameworks/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Keras backends as users name them.
+BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+
+
+@dataclass(frozen=True)
+class Wording:
+    """The vocabulary of one framework (and Keras backend); the methods read its error messages."""
+
+    framework: str  # who runs the op: "TensorFlow", "Keras on JAX"
+    runs_on: str  # where the op runs, after "on": "TensorFlow", "Keras's JAX backend"
+    decorator: str  # "tf.custom_gradient"
+    autodiff: str  # "TensorFlow's own gradient", "JAX's own gradient (jax.vjp)"
+    compiled: str  # "inside tf.function", "inside jax.jit"
+    zeros_like: str
+    cast: str
+    reduce_sum: str
+    reshape: str
+    where: str
+    softplus: str
+    stop_gradient: str
+    #: What the framework does with a gradient of the wrong shape.
+    wrong_shape: str
+    #: When the framework reports a wrong number of gradients.
+    wrong_count: str
+    #: Why a gradient function may not differentiate on this backend, added to second-order mismatches.
+    second_order: str = ""
+    #: How the structure checks ran the op, against which `compiled` is compared.
+    direct: str = "eagerly"
+    #: Advice when the op works `direct`ly but its gradient fails `compiled`.
+    traced_advice: str = (
+        "Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph cannot."
+    )
+    #: Phrases of the framework's error when a Python `if` meets a tensor of several elements (or a traced one).
+    ambiguous_truth: tuple[str, ...] = ("truth value of an array",)  # NumPy's own, which eager frameworks raise
+    #: Phrases of the framework's error when the decorated op refuses keyword arguments where it is compiled.
+    keyword_refusal: tuple[str, ...] = ()
+    #: Who refuses keyword arguments where: "tf.custom_gradient refuses keyword arguments inside tf.function".
+    keyword_refusal_sentence: str = ""
+    #: How else keyword arguments reach the op, after "pass them by position, ".
+    keyword_binding_advice: str = "or make the op with %%custom_gradient, whose op accepts them."
+
+    def message(self, error: BaseException) -> str:
+        """The error's own message."""
+        return str(error)
+
+    def cause(self, error: BaseException) -> str:
+        """The sentence that says what went wrong (a few lines of the message at most)."""
+        lines = [line.strip() for line in self.message(error).strip().splitlines() if line.strip()]
+        return " ".join(lines[:3])
+
+    def is_ambiguous_truth(self, error: BaseException) -> bool:
+        """Whether `error` is the framework refusing a Python `if` (or a `tf.cond`) on a tensor of several elements."""
+        text = str(error)
+        return any(phrase in text for phrase in self.ambiguous_truth)
+
+    def compiled_failure_advice(self, cause: str) -> str:
+        """Advice for an op that works `direct`ly but whose gradient fails `compiled` with `cause`."""
+        if self.keyword_refusal and any(phrase in cause for phrase in self.keyword_refusal):
+            return f"{self.keyword_refusal_sentence}: pass them by position, {self.keyword_binding_advice}"
+        return self.traced_advice
+
+    def created_line(self, error: BaseException, filename: str) -> int | None:
+        """For an error raised where a graph runs, not where the user's code is: the line of `filename` that created
+        the operation that failed (None when the framework does not say)."""
+        return None
+
+    def list_failure(self, inputs: int) -> str:
+        """What a list of gradients does where the framework needs a tuple (`GradientConvention.tuple_required`)."""
+        return "it fails when the gradient is taken"
+
+    def closed_over_consequence(self, plural: bool) -> str:
+        """What becomes of variables the forward closes over (`GradientConvention.variables` "closed-over"): a
+        sentence."""
+        return ""
+
+    def several_outputs(self, count: int) -> str:
+        """Why several output tensors fail (`GradientConvention.single_output`)."""
+        return ""
+
+
+def backend_name(backend: str | None) -> str:
+    """A Keras backend's name as users write it: "jax" -> "JAX"."""
+    return BACKEND_NAMES.get(backend or "", backend or "")
