@@ -19,7 +19,7 @@ from typing import Any
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -142,6 +142,32 @@ class GraphEdge:
 
 
 @dataclass(frozen=True)
+class GraphScope:
+    """A name scope drawn as one node (`id`, e.g. `forward/block_2`) in place of its `members`, which it stands for.
+
+    The node's shapes, dtypes and line are those of its first member."""
+
+    id: str
+    label: str
+    role: str
+    count: int  # ops it stands for
+    members: tuple[str, ...]  # node ids, in the graph's order
+
+
+@dataclass(frozen=True)
+class GraphLayout:
+    """Where the gradient graph's drawings put each node (computed in `gradmagic/checking/graph_layout.py`).
+
+    `positions` holds every drawn node (a scope's id in place of its members) in layout units: x the layer
+    (0 at the left), y the row, growing downwards: the forward lane's bands, then the backward lane's. `scopes`
+    are the name scopes folded into one node each, when the graph has too many nodes to draw one by one.
+    """
+
+    positions: dict[str, tuple[float, float]]
+    scopes: tuple[GraphScope, ...] = ()
+
+
+@dataclass(frozen=True)
 class Graph:
     """The op's forward and backward as the framework traced them, plumbing folded away unless `raw`."""
 
@@ -151,6 +177,33 @@ class Graph:
     saved_bytes: int = 0  # what the backward keeps alive from the forward
     raw: bool = False
     traced_ops: int = 0  # ops in the traced graph before folding
+    layout: GraphLayout | None = None  # None in a report saved before schema 1.5
+
+    def folded(self, scopes: tuple[GraphScope, ...] | None = None) -> Graph:
+        """The graph as drawn: each of `scopes` (by default its layout's) one node, edges between nodes once."""
+        if scopes is None:
+            scopes = self.layout.scopes if self.layout is not None else ()
+        if not scopes:
+            return self
+        folded_id = {member: scope.id for scope in scopes for member in scope.members}
+        by_id = {scope.id: scope for scope in scopes}
+        nodes: dict[str, GraphNode] = {}
+        for node in self.nodes:
+            key = folded_id.get(node.id, node.id)
+            if key in nodes:
+                continue
+            scope = by_id.get(key)
+            nodes[key] = (
+                node
+                if scope is None
+                else GraphNode(key, "scope", scope.label, scope.role, node.shapes, node.dtypes, node.line, scope.count)
+            )
+        edges: dict[tuple[str, str], GraphEdge] = {}
+        for edge in self.edges:
+            source, target = folded_id.get(edge.source, edge.source), folded_id.get(edge.target, edge.target)
+            if source != target and (source, target) not in edges:
+                edges[(source, target)] = dataclasses.replace(edge, source=source, target=target)
+        return dataclasses.replace(self, nodes=tuple(nodes.values()), edges=tuple(edges.values()))
 
     def __repr__(self) -> str:
         return f"<Graph: {len(self.nodes)} nodes, {len(self.edges)} edges, {self.saved_tensors} saved tensors>"
@@ -341,6 +394,16 @@ def _graph(data: dict[str, Any] | None) -> Graph | None:
         ),
         edges=tuple(GraphEdge(**_tuples(e, "shape")) for e in data["edges"]),
         **{key: data[key] for key in ("saved_tensors", "saved_bytes", "raw", "traced_ops")},
+        layout=_graph_layout(data.get("layout")),
+    )
+
+
+def _graph_layout(data: dict[str, Any] | None) -> GraphLayout | None:
+    if data is None:
+        return None
+    return GraphLayout(
+        positions={node_id: tuple(point) for node_id, point in data["positions"].items()},
+        scopes=tuple(GraphScope(**_tuples(scope, "members")) for scope in data["scopes"]),
     )
 
 

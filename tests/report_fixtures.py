@@ -72,6 +72,24 @@ def chain(x, length: int):
     return y, grad
 
 
+def scoped_chain(x, steps: int = 40):
+    """`steps` sin-and-scale steps, each in its own name scope in the forward and in the backward: a graph of more
+    than 200 nodes (6 a step), drawn with one node per scope."""
+    inputs, y = [], x
+    for i in range(steps):
+        with tf.name_scope(f"block_{i}"):
+            inputs.append(y)
+            y = tf.sin(y) * 1.01 + 0.1
+
+    def grad(upstream):
+        for i in reversed(range(steps)):
+            with tf.name_scope(f"block_{i}"):
+                upstream = upstream * tf.cos(inputs[i]) * 1.01
+        return upstream
+
+    return y, grad
+
+
 def hostile_op():
     def op(x):
         raise ValueError(f"{HOSTILE} broke")
@@ -99,6 +117,7 @@ def reports() -> dict[str, Report]:
         ),
         "hostile": gradmagic.check(hostile_op(), tf.constant(1.0)),
         "big_graph": graph_of_about(200),
+        "scoped_graph": gradmagic.check(tf.custom_gradient(scoped_chain), tf.constant([0.3, 0.5]), numbers=False),
         # Swept over [-2.5, 2.5]: sweep points fall on round's jumps at +-0.5, +-1.5 and +-2.5 (both ends),
         # where finite differences are the jump over 2h (off scale).
         "straight_through": gradmagic.check(

@@ -1,14 +1,20 @@
-"""The gradient graph from real TensorFlow traces: lanes, saved tensors and their bytes, folding, drawings."""
+"""The gradient graph from real TensorFlow traces: lanes, saved tensors and their bytes, folding, its layout (carried
+in the Report), drawings."""
 
+import dataclasses
 import inspect
+import json
 
+import jsonschema
 import numpy as np
 import pytest
 import tensorflow as tf
-from report_fixtures import log1pexp
+from report_fixtures import graph_of_about, log1pexp, scoped_chain
 
 import gradmagic
-from gradmagic.render.graph import MAX_NODES, fold_scopes, graph_png, graph_summary, graph_svg
+from gradmagic.checking.graph_layout import BACKWARD_LANE, BAND, MAX_NODES, graph_layout
+from gradmagic.render.graph import NO_LAYOUT, draw, graph_png, graph_summary, graph_svg
+from gradmagic.report import Graph, GraphEdge, GraphLayout, GraphNode, Report, schema
 
 
 def complex_op(x, y):
@@ -128,9 +134,15 @@ def test_large_graphs_fold_name_scopes_with_counts():
 
     graph = graph_of(blocks, tf.constant([1.0]))
     assert len(graph.nodes) > MAX_NODES
-    folded = fold_scopes(graph)
-    scopes = [n for n in folded.nodes if n.count > 1]
-    assert len(scopes) == 80 and all(n.count == 3 and n.label.startswith("block_") for n in scopes)
+    scopes = graph.layout.scopes
+    assert [scope.id for scope in scopes] == [f"forward/block_{i}" for i in range(80)]
+    assert all(scope.count == 3 and scope.label == scope.id[8:] and scope.role == "forward" for scope in scopes)
+    assert all(len(scope.members) == 3 and all(m.startswith(f"{scope.id}/") for m in scope.members) for scope in scopes)
+    folded = graph.folded()
+    assert [n for n in folded.nodes if n.count > 1] == [n for n in folded.nodes if n.op == "scope"]
+    assert len(folded.nodes) == len(graph.nodes) - 2 * 80 and set(graph.layout.positions) == {
+        n.id for n in folded.nodes
+    }
     assert graph_png(graph).startswith(b"\x89PNG")  # drawn folded
 
 
@@ -162,3 +174,127 @@ def test_magics_graph_options_and_gradgraph(nb):
 def test_graph_extraction_of_a_large_input_is_as_small_as_its_ops():
     graph = graph_of(log1pexp, tf.constant(np.zeros(1_000_000, np.float32)))
     assert len(graph.nodes) == 11 and graph.saved_bytes == 4_000_000
+
+
+def lane_of(node: GraphNode) -> str:
+    return "backward" if node.role in BACKWARD_LANE else "forward"
+
+
+def assert_two_lanes(graph: Graph) -> None:
+    """Every drawn node placed, each in its own place, the forward lane's rows above the backward lane's."""
+    drawn, positions = graph.folded(), graph.layout.positions
+    assert list(positions) == [node.id for node in drawn.nodes]
+    assert len(set(positions.values())) == len(positions)
+    assert all(0 <= x < BAND and y >= 0 for x, y in positions.values())
+    lowest_forward = max(positions[n.id][1] for n in drawn.nodes if lane_of(n) == "forward")
+    assert lowest_forward < min(positions[n.id][1] for n in drawn.nodes if lane_of(n) == "backward")
+
+
+def test_layout_two_lanes_forward_left_to_right_gradients_under_their_tensors():
+    graph = graph_of(log1pexp, tf.constant([-5.0, 0.0, 100.0]))
+    assert graph.layout == graph_layout(graph) and graph.layout.scopes == ()
+    assert_two_lanes(graph)
+    at = graph.layout.positions
+    forward = ["inputs", "forward/Exp", "forward/add", "forward/Log", "output:0"]  # x -> exp -> 1 + e -> log
+    assert [at[node_id][0] for node_id in forward] == [0, 1, 2, 3, 4] and len({at[n][1] for n in forward}) == 1
+    assert at["upstreams"][0] == at["output:0"][0] and at["gradient:0"][0] == at["inputs"][0]  # gradients under
+    assert at["upstreams"][1] == at["gradient:0"][1] > at["inputs"][1]
+    backward = ["upstreams", "backward/truediv", "backward/sub", "backward/mul", "gradient:0"]  # right to left
+    assert [at[node_id][0] for node_id in backward] == [4, 3, 2, 1, 0] and len({at[n][1] for n in backward}) == 1
+    assert at["backward/add"] == (4, at["upstreams"][1] + 1)  # 1 + e, fed by the saved e only: before its consumer
+
+
+def synthetic(forward_ops: int, variable: bool = False) -> Graph:
+    """input -> forward ops (three to a name scope) -> output, upstream -> as many backward ops -> downstream."""
+    forward = [f"forward/block_{i // 3}/op_{i}" for i in range(forward_ops)]
+    backward = [f"backward/block_{i // 3}/op_{i}" for i in range(forward_ops)]
+    nodes = [GraphNode("inputs", "", "x", "input"), *[GraphNode(id, "Sin", "sin", "forward") for id in forward]]
+    nodes += [GraphNode("output:0", "", "output", "output"), GraphNode("upstreams", "", "doutput", "upstream")]
+    nodes += [
+        *[GraphNode(id, "Cos", "cos", "backward") for id in backward],
+        GraphNode("gradient:0", "", "dx", "downstream"),
+    ]
+    chains = [["inputs", *forward, "output:0"], ["upstreams", *backward, "gradient:0"]]
+    edges = [GraphEdge(a, b, (2,), "float32") for chain in chains for a, b in zip(chain, chain[1:])]
+    edges += [GraphEdge(f, b, (2,), "float32", saved=True, bytes=8) for f, b in zip(forward, backward)]
+    if variable:
+        nodes.append(GraphNode("w", "", "w", "variable"))
+        edges.append(GraphEdge("w", forward[0], (2,), "float32"))
+    return Graph(tuple(nodes), tuple(edges))
+
+
+def test_layout_folds_name_scopes_above_max_nodes_only():
+    assert MAX_NODES == 200
+    at_most = synthetic(98)
+    assert len(at_most.nodes) == MAX_NODES and graph_layout(at_most).scopes == ()
+    assert_two_lanes(dataclasses.replace(at_most, layout=graph_layout(at_most)))
+    above = synthetic(98, variable=True)
+    layout = graph_layout(above)
+    assert len(above.nodes) == MAX_NODES + 1
+    assert [scope.id for scope in layout.scopes] == [
+        f"{lane}/block_{i}" for lane in ("forward", "backward") for i in range(33)
+    ]
+    last = layout.scopes[32]
+    assert (last.label, last.role, last.count, last.members) == (
+        "block_32",
+        "forward",
+        2,
+        ("forward/block_32/op_96", "forward/block_32/op_97"),
+    )
+    folded = dataclasses.replace(above, layout=layout)
+    assert_two_lanes(folded)
+    drawn = folded.folded()
+    assert len(drawn.nodes) == 5 + 2 * 33 and sum(n.count for n in drawn.nodes) == len(above.nodes)
+    assert ("forward/block_0", "backward/block_0") in {(e.source, e.target) for e in drawn.edges if e.saved}
+    assert all(e.source != e.target for e in drawn.edges)  # the edges inside a scope are gone
+
+
+def test_layout_of_the_198_node_fixture_wraps_into_bands_unfolded():
+    graph = graph_of_about(200).graph
+    assert len(graph.nodes) == 198 and graph.layout.scopes == ()
+    assert_two_lanes(graph)
+    forward_rows = {y for n in graph.nodes if lane_of(n) == "forward" for _, y in [graph.layout.positions[n.id]]}
+    assert len(forward_rows) > 2  # more than one band: the forward's 98 ops do not fit in 16 layers
+
+
+def test_report_carries_the_layout_through_json_and_its_schema():
+    report = gradmagic.check(tf.custom_gradient(scoped_chain), tf.constant([0.3, 0.5]), numbers=False)
+    layout = report.graph.layout
+    assert len(report.graph.nodes) == 6 * 40 + 4 and len(layout.scopes) == 2 * 40
+    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    jsonschema.validate(data, schema())
+    assert data["version"] == "1.5"
+    assert data["graph"]["layout"]["scopes"][0] == {
+        "id": "forward/block_0",
+        "label": "block_0",
+        "role": "forward",
+        "count": 3,
+        "members": ["forward/block_0/Sin", "forward/block_0/mul", "forward/block_0/add"],
+    }
+    again = Report.from_dict(data)
+    assert again.graph == report.graph and again.graph.layout == layout
+    assert again.to_dict() == data
+
+    broken = json.loads(json.dumps(data))
+    broken["graph"]["layout"]["positions"]["inputs"] = [0.0, 1.0, 2.0]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema())
+    del broken["graph"]["layout"]["scopes"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema())
+
+
+def test_the_drawing_reads_the_layout_and_a_graph_without_one_says_so():
+    graph = graph_of(log1pexp, tf.constant([1.0, 2.0]))
+    wide = GraphLayout({node_id: (3 * x, y) for node_id, (x, y) in graph.layout.positions.items()})
+    assert draw(dataclasses.replace(graph, layout=wide)).get_figwidth() > 1.5 * draw(graph).get_figwidth()
+
+    data = gradmagic.check(tf.custom_gradient(log1pexp), tf.constant([1.0])).to_dict()
+    del data["graph"]["layout"]
+    old = Report.from_dict({**data, "version": "1.4"})  # as gradmagic wrote it before the layout travelled
+    assert old.graph.layout is None and old.graph.nodes
+    jsonschema.validate({**data, "version": "1.4"}, schema())
+    svg = graph_svg(old.graph)
+    assert NO_LAYOUT in svg and "re-run the cell" in NO_LAYOUT
+    assert "Exp" not in svg and "saved for the backward" not in svg  # no node, no legend
+    assert graph_png(old.graph).startswith(b"\x89PNG")

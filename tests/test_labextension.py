@@ -29,15 +29,21 @@ def as_array(values) -> np.ndarray:
 @pytest.fixture(scope="module")
 def fixture_folder(tmp_path_factory) -> Path:
     """Each report as `<name>.json`, and `python-renderers.txt`: what the Python renderers show of each that the
-    lab renderer must show alike (the surrogate line, and the sweep points whose finite differences the sweep
-    figure marks at a jump, off scale)."""
+    lab renderer must show alike (the surrogate line, the sweep points whose finite differences the sweep figure
+    marks at a jump, off scale, and the nodes and edges the graph drawing draws, name scopes folded)."""
     folder = tmp_path_factory.mktemp("report-fixtures")
     shown = {}
     for name, report in report_fixtures.reports().items():
         data = report.to_dict()
         jsonschema.validate(data, schema())
         (folder / f"{name}.json").write_text(json.dumps(data, allow_nan=False, indent=1))
-        shown[name] = {"surrogate_line": surrogate_line(report), "jumps": None}
+        shown[name] = {"surrogate_line": surrogate_line(report), "jumps": None, "drawn": None}
+        if report.graph is not None:
+            drawn = report.graph.folded()
+            shown[name]["drawn"] = {
+                "nodes": [[node.id, node.label, node.count] for node in drawn.nodes],
+                "edges": [[edge.source, edge.target, edge.saved] for edge in drawn.edges],
+            }
         if report.sweep is not None:
             sweep = report.sweep
             off_scale = jumps(np.array(sweep.points, float), as_array(sweep.values), as_array(sweep.numerical))

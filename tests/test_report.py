@@ -22,7 +22,16 @@ def reports() -> dict[str, Report]:
 
 @pytest.mark.parametrize(
     "name",
-    ["log1pexp", "unreduced_bias", "projection", "hostile", "big_graph", "straight_through", "gradient_reversal"],
+    [
+        "log1pexp",
+        "unreduced_bias",
+        "projection",
+        "hostile",
+        "big_graph",
+        "scoped_graph",
+        "straight_through",
+        "gradient_reversal",
+    ],
 )
 def test_reports_validate_against_the_shipped_schema_and_round_trip(reports, name):
     data = json.loads(json.dumps(reports[name].to_dict(), allow_nan=False))  # strict JSON

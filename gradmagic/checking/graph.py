@@ -4,7 +4,8 @@ The adapter traces both passes together and classifies every op; here the
 framework's plumbing is folded away (pass-through ops such as Identity,
 IdentityN and variable reads, no-ops, scalar constants, and whatever does
 not lead to an output or a gradient), roles are given, and tensors the
-backward takes from the forward are marked saved, with their size.
+backward takes from the forward are marked saved, with their size, and the
+drawings' layout is computed (checking/graph_layout.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 
 import numpy as np
 
+from gradmagic.checking.graph_layout import with_layout
 from gradmagic.frameworks.base import RawGraph, RawOp
 from gradmagic.report import Graph, GraphEdge, GraphNode
 
@@ -73,7 +75,7 @@ def build_graph(raw: RawGraph, output_names: list[str], gradient_names: list[str
         shape, dtype = ops[resolve(tensor)[0]].outputs[resolve(tensor)[1]]
         nodes.append(GraphNode(node_id, "", label, role, (shape,), (dtype,)))
         connect(tensor, node_id, role)
-    return Graph(
+    graph = Graph(
         tuple(nodes),
         tuple(edges.values()),
         saved_tensors=len(saved),
@@ -81,6 +83,7 @@ def build_graph(raw: RawGraph, output_names: list[str], gradient_names: list[str
         raw=not fold,
         traced_ops=len(ops),
     )
+    return with_layout(graph)  # and where the drawings put each node
 
 
 def _resolver(ops: dict[str, RawOp]):

@@ -1,26 +1,21 @@
 """The gradient graph as a static picture (SVG and PNG, matplotlib) and as a one-paragraph text summary.
 
-Layout: two lanes. The forward runs left to right in the upper lane, from
-the inputs to the outputs; the backward runs right to left in the lower
-lane, from the upstream gradients (under the outputs) to the downstream
-gradients (under the inputs), as the chain rule does. Within a lane, nodes
-sit in the layer of their longest path from the lane's start and are
-ordered by the mean position of their neighbours (a small Sugiyama layout:
-igraph's cannot keep two lanes apart). Tensors the backward keeps from the
-forward cross between the lanes as red dashed edges labelled with their
-size. Long lanes wrap into bands; above MAX_NODES nodes, name scopes are
-folded into one node each, with a count.
+The drawing reads where each node goes from the graph's layout
+(`Graph.layout`, computed with the graph in `gradmagic/checking/graph_layout.py`):
+two lanes, the forward left to right above, the backward right to left below,
+with name scopes folded above 200 nodes. Tensors the backward keeps from the
+forward cross between the lanes as red dashed edges labelled with their size.
+A graph from a report saved before schema 1.5 has no layout: the picture says
+so instead.
 """
 
 from __future__ import annotations
 
 import io
-from collections import defaultdict
 
-from gradmagic.report import Graph, GraphEdge, GraphNode
+from gradmagic.report import Graph
 
-FORWARD_LANE = ("input", "variable", "forward", "output")
-BACKWARD_LANE = ("upstream", "backward", "downstream")
+#: The colour of each role, in the legend's order: the forward lane's, then the backward lane's.
 COLOURS = {
     "input": "#4C72B0",
     "variable": "#8172B2",
@@ -31,10 +26,11 @@ COLOURS = {
     "downstream": "#8C564B",
 }
 SAVED_COLOUR = "#D62728"
-#: Layers per band before a lane wraps.
-BAND = 16
-#: Above this many nodes, name scopes are folded.
-MAX_NODES = 200
+#: What the picture of a graph without a layout says.
+NO_LAYOUT = (
+    "This report was saved by an older gradmagic, without the graph's layout: re-run the cell to draw its gradient "
+    "graph."
+)
 
 
 def graph_summary(graph: Graph) -> str:
@@ -72,127 +68,6 @@ def graph_png(graph: Graph, dpi: int = 100) -> bytes:
     return buffer.getvalue()
 
 
-def fold_scopes(graph: Graph) -> Graph:
-    """One node per name scope inside each pass (`forward/block_2/...`), with the count of ops it stands for."""
-    groups: dict[str, list[GraphNode]] = defaultdict(list)
-    for node in graph.nodes:
-        parts = node.id.split("/")
-        key = "/".join(parts[:2]) if node.role in ("forward", "backward") and len(parts) > 2 else node.id
-        groups[key].append(node)
-    folded_id = {node.id: key for key, members in groups.items() for node in members}
-    nodes = []
-    for key, members in groups.items():
-        first = members[0]
-        if len(members) == 1:
-            nodes.append(first)
-        else:
-            nodes.append(
-                GraphNode(
-                    key,
-                    "scope",
-                    key.split("/")[-1],
-                    first.role,
-                    first.shapes,
-                    first.dtypes,
-                    first.line,
-                    sum(m.count for m in members),
-                )
-            )
-    edges: dict[tuple[str, str], GraphEdge] = {}
-    for edge in graph.edges:
-        source, target = folded_id[edge.source], folded_id[edge.target]
-        if source != target:
-            edges.setdefault(
-                (source, target), GraphEdge(source, target, edge.shape, edge.dtype, edge.saved, edge.bytes)
-            )
-    return Graph(
-        tuple(nodes), tuple(edges.values()), graph.saved_tensors, graph.saved_bytes, graph.raw, graph.traced_ops
-    )
-
-
-def layout(graph: Graph) -> dict[str, tuple[float, float]]:
-    """x (layer, wrapped into bands) and y (lane, band and order) of every node."""
-    lanes = {node.id: ("forward" if node.role in FORWARD_LANE else "backward") for node in graph.nodes}
-    roles = {node.id: node.role for node in graph.nodes}
-    before, after = defaultdict(list), defaultdict(list)  # neighbours within the lane
-    for edge in graph.edges:
-        if lanes[edge.source] == lanes[edge.target]:
-            before[edge.target].append(edge.source)
-            after[edge.source].append(edge.target)
-    layer = _longest_paths([node.id for node in graph.nodes], before)
-    # A node that starts nothing (a constant, or a backward op fed by saved tensors only) sits just before its
-    # first consumer, not at the lane's start.
-    for _ in range(len(layer)):
-        moved = False
-        for node_id in layer:
-            if not before[node_id] and after[node_id] and roles[node_id] not in ("input", "variable", "upstream"):
-                target = min(layer[n] for n in after[node_id]) - 1
-                moved |= target != layer[node_id]
-                layer[node_id] = target
-        if not moved:
-            break
-    widths = {lane: max((layer[n] for n in layer if lanes[n] == lane), default=0) for lane in ("forward", "backward")}
-    if max(widths.values()) < BAND:  # one band: both lanes share the width, gradients under their tensors
-        widths = dict.fromkeys(widths, max(widths.values()))
-    for node_id, role in roles.items():  # outputs at the right end; gradients start under them, end under inputs
-        if role in ("output", "downstream"):
-            layer[node_id] = widths[lanes[node_id]]
-        elif role == "upstream":
-            layer[node_id] = 0
-    column = {n: (layer[n] if lanes[n] == "forward" else widths["backward"] - layer[n]) for n in layer}
-
-    # Order within (lane, column) by the mean row of the neighbours, a few sweeps.
-    neighbours = defaultdict(list)
-    for edge in graph.edges:
-        neighbours[edge.source].append(edge.target)
-        neighbours[edge.target].append(edge.source)
-    cells = defaultdict(list)
-    for node in graph.nodes:
-        cells[(lanes[node.id], column[node.id])].append(node.id)
-    row = {node_id: float(i) for members in cells.values() for i, node_id in enumerate(members)}
-    for _ in range(4):
-        for members in cells.values():
-            members.sort(key=lambda n: sum(row[m] for m in neighbours[n]) / len(neighbours[n]) if neighbours[n] else 0)
-            for i, node_id in enumerate(members):
-                row[node_id] = float(i)
-
-    band_height = {
-        lane: 1 + max((len(m) for (lane_, _), m in cells.items() if lane_ == lane), default=1)
-        for lane in lanes.values()
-    }
-    forward_bands = widths["forward"] // BAND + 1
-    positions = {}
-    for node_id, col in column.items():
-        band, x = divmod(col, BAND)
-        if lanes[node_id] == "forward":
-            y = -band * band_height["forward"] - row[node_id]
-        else:  # below the forward lane, with a gap for the saved-tensor edges
-            y = -forward_bands * band_height.get("forward", 1) - 0.5 - band * band_height["backward"] - row[node_id]
-        positions[node_id] = (float(x), float(y))
-    return positions
-
-
-def _longest_paths(nodes: list[str], before: dict) -> dict[str, int]:
-    """Layer of each node: the length of the longest path reaching it. A traced graph has no cycles; were there
-    one, the edge closing it would be ignored."""
-    layer: dict[str, int] = {}
-    for start in nodes:
-        stack = [(start, False)]
-        visiting: set[str] = set()
-        while stack:
-            node_id, done = stack.pop()
-            if node_id in layer:
-                continue
-            if done:
-                visiting.discard(node_id)
-                layer[node_id] = 1 + max((layer.get(p, 0) for p in before[node_id] if p in layer), default=-1)
-                continue
-            visiting.add(node_id)
-            stack.append((node_id, True))
-            stack += [(p, False) for p in before[node_id] if p not in layer and p not in visiting]
-    return layer
-
-
 #: Size of one layout unit on the page, in inches (x: between layers, y: between rows).
 UNIT_X, UNIT_Y = 1.35, 0.62
 #: Narrowest page, in inches: the legend must fit.
@@ -214,9 +89,12 @@ def draw(graph: Graph):
     from matplotlib.lines import Line2D
     from matplotlib.patches import FancyBboxPatch, Patch
 
-    if len(graph.nodes) > MAX_NODES:
-        graph = fold_scopes(graph)
-    positions = layout(graph)
+    if graph.layout is None:
+        figure = Figure(figsize=(MIN_WIDTH, 0.5))
+        figure.text(0.5, 0.5, NO_LAYOUT, ha="center", va="center", fontsize=8, color="#555555", wrap=True)
+        return figure
+    graph = graph.folded()  # name scopes as one node each, when the layout folded them
+    positions = {node_id: (x, -y) for node_id, (x, y) in graph.layout.positions.items()}  # y grows upwards here
     xs = [x for x, _ in positions.values()] or [0.0]
     ys = [y for _, y in positions.values()] or [0.0]
     left, right, bottom, top = min(xs) - 0.7, max(xs) + 0.7, min(ys) - 0.7, max(ys) + 0.7
@@ -292,7 +170,7 @@ def draw(graph: Graph):
         else:
             _arrows(axes, start, end, colour, width=0.0015, head=6)
 
-    handles = [Patch(facecolor=COLOURS[role], label=role) for role in (*FORWARD_LANE, *BACKWARD_LANE)]
+    handles = [Patch(facecolor=colour, label=role) for role, colour in COLOURS.items()]
     handles.append(Line2D([0], [0], color=SAVED_COLOUR, linestyle="--", linewidth=1.6, label="saved for the backward"))
     figure.legend(
         handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False, bbox_to_anchor=(0.5, 1.0)

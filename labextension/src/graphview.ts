@@ -3,11 +3,13 @@
  * below), saved tensors as red dashed edges labelled with their size, pan by
  * dragging, zoom with Ctrl/⌘ + wheel, a pinch or the buttons, and hover
  * details (op type, shape, dtype, bytes, cell line) for every node and edge.
+ * Where each node goes, and which name scopes are folded, comes with the
+ * report (`graph.layout`, computed by the Python checker in
+ * `gradmagic/checking/graph_layout.py`, which the static drawing reads too).
  * Every string from the report goes in as text.
  */
 import { element, svg } from './dom';
-import { BACKWARD_LANE, FORWARD_LANE, IPoint, MAX_NODES, foldScopes, layout } from './layout';
-import { IGraph, IGraphEdge, IGraphNode, formatBytes, formatShape } from './schema';
+import { IGraph, IGraphEdge, IGraphNode, IGraphScope, NODE_ROLES, formatBytes, formatShape } from './schema';
 
 /** Pixels per layout unit. */
 const UNIT_X = 150;
@@ -17,6 +19,60 @@ const CHAR_WIDTH = 6.4;
 const MARGIN = 40;
 const MIN_SCALE = 0.1;
 const MAX_SCALE = 8;
+
+/** What shows in place of a graph without a layout. */
+export const NO_LAYOUT =
+  "This report was saved by an older gradmagic, without the graph's layout: re-run the cell to draw its " +
+  'gradient graph.';
+
+/** A point in the SVG, in pixels. */
+export interface IPoint {
+  x: number;
+  y: number;
+}
+
+/** Where a node at `position` (the layout's units: layers and rows) sits in the SVG. */
+export function placeOf(position: readonly [number, number]): IPoint {
+  return { x: MARGIN + position[0] * UNIT_X, y: MARGIN + position[1] * UNIT_Y };
+}
+
+/**
+ * The graph as drawn: each of `scopes` one node in place of its members (with their count of ops and the first
+ * member's shapes, dtypes and line), edges between drawn nodes once.
+ */
+export function foldedGraph(graph: IGraph, scopes: IGraphScope[]): IGraph {
+  if (!scopes.length) {
+    return graph;
+  }
+  const foldedId = new Map<string, string>();
+  for (const scope of scopes) {
+    scope.members.forEach(member => foldedId.set(member, scope.id));
+  }
+  const byId = new Map(scopes.map(scope => [scope.id, scope]));
+  const nodes = new Map<string, IGraphNode>();
+  for (const node of graph.nodes) {
+    const key = foldedId.get(node.id) ?? node.id;
+    const scope = byId.get(key);
+    if (!nodes.has(key)) {
+      nodes.set(
+        key,
+        scope
+          ? { ...node, id: key, op: 'scope', label: scope.label, role: scope.role, count: scope.count }
+          : node
+      );
+    }
+  }
+  const edges = new Map<string, IGraphEdge>();
+  for (const edge of graph.edges) {
+    const source = foldedId.get(edge.source) ?? edge.source;
+    const target = foldedId.get(edge.target) ?? edge.target;
+    const key = `${source}\u0000${target}`;
+    if (source !== target && !edges.has(key)) {
+      edges.set(key, { ...edge, source, target });
+    }
+  }
+  return { ...graph, nodes: [...nodes.values()], edges: [...edges.values()] };
+}
 
 /** The lines of a node's hover card. */
 export function nodeDetails(node: IGraphNode): string[] {
@@ -70,13 +126,20 @@ function boxExit(ux: number, uy: number, halfWidth: number): number {
  * (a data attribute) and the legend say what is drawn.
  */
 export function graphView(original: IGraph): HTMLElement {
-  const graph = original.nodes.length > MAX_NODES ? foldScopes(original) : original;
+  if (!original.layout) {
+    return element('div', 'jp-gradmagic-muted jp-gradmagic-graph-note', NO_LAYOUT);
+  }
+  const { scopes } = original.layout;
+  const positions = new Map(Object.entries(original.layout.positions));
+  const folded = foldedGraph(original, scopes);
+  // Every node the layout places (all of them, in a report the checker wrote).
+  const graph = { ...folded, nodes: folded.nodes.filter(node => positions.has(node.id)) };
   const root = element('div', 'jp-gradmagic-graph');
   root.dataset.nodeCount = String(graph.nodes.length);
 
   const bar = element('div', 'jp-gradmagic-graph-bar', undefined, root);
   const legend = element('div', 'jp-gradmagic-legend', undefined, bar);
-  for (const role of [...FORWARD_LANE, ...BACKWARD_LANE]) {
+  for (const role of NODE_ROLES) {
     element('span', `jp-gradmagic-key jp-gradmagic-role-${role}`, role, legend);
   }
   element('span', 'jp-gradmagic-key jp-gradmagic-key-saved', 'saved for the backward', legend);
@@ -87,7 +150,7 @@ export function graphView(original: IGraph): HTMLElement {
   zoomIn.title = 'Zoom in (or Ctrl/⌘ + wheel)';
   zoomOut.title = 'Zoom out';
   reset.title = 'Fit the whole graph';
-  if (graph !== original) {
+  if (scopes.length) {
     element(
       'div',
       'jp-gradmagic-muted',
@@ -96,8 +159,6 @@ export function graphView(original: IGraph): HTMLElement {
     );
   }
 
-  const positions = layout(graph);
-  const place = (point: IPoint): IPoint => ({ x: MARGIN + point.x * UNIT_X, y: MARGIN + point.y * UNIT_Y });
   const halfWidths = new Map<string, number>();
   const byId = new Map(graph.nodes.map(node => [node.id, node]));
   let width = 0;
@@ -105,7 +166,7 @@ export function graphView(original: IGraph): HTMLElement {
   for (const node of graph.nodes) {
     const [title, detail] = nodeText(node);
     halfWidths.set(node.id, (Math.max(title.length, detail.length) * CHAR_WIDTH) / 2 + 8);
-    const { x, y } = place(positions.get(node.id)!);
+    const { x, y } = placeOf(positions.get(node.id)!);
     width = Math.max(width, x + halfWidths.get(node.id)! + MARGIN);
     height = Math.max(height, y + BOX_HEIGHT / 2 + MARGIN);
   }
@@ -146,13 +207,11 @@ export function graphView(original: IGraph): HTMLElement {
   };
 
   for (const edge of graph.edges) {
-    const from = positions.get(edge.source);
-    const to = positions.get(edge.target);
-    if (!from || !to) {
+    if (!halfWidths.has(edge.source) || !halfWidths.has(edge.target)) {
       continue;
     }
-    const a = place(from);
-    const b = place(to);
+    const a = placeOf(positions.get(edge.source)!);
+    const b = placeOf(positions.get(edge.target)!);
     const length = Math.hypot(b.x - a.x, b.y - a.y) || 1;
     const ux = (b.x - a.x) / length;
     const uy = (b.y - a.y) / length;
@@ -185,7 +244,7 @@ export function graphView(original: IGraph): HTMLElement {
     (edge.saved ? savedLayer : edgeLayer).appendChild(group);
   }
   for (const node of graph.nodes) {
-    const { x, y } = place(positions.get(node.id)!);
+    const { x, y } = placeOf(positions.get(node.id)!);
     const half = halfWidths.get(node.id)!;
     const group = svg('g', { class: `jp-gradmagic-node jp-gradmagic-role-${node.role}` }, nodeLayer);
     group.dataset.id = node.id;

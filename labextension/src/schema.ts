@@ -72,6 +72,16 @@ export interface INumerics {
 }
 
 export type NodeRole = 'input' | 'variable' | 'forward' | 'output' | 'upstream' | 'backward' | 'downstream';
+/** Every role, in the legend's order: the forward lane's, then the backward lane's. */
+export const NODE_ROLES: readonly NodeRole[] = [
+  'input',
+  'variable',
+  'forward',
+  'output',
+  'upstream',
+  'backward',
+  'downstream'
+];
 
 export interface IGraphNode {
   id: string;
@@ -93,6 +103,28 @@ export interface IGraphEdge {
   bytes: number | null;
 }
 
+/** A name scope drawn as one node (`id`) in place of its members, with the first member's shapes, dtypes and line. */
+export interface IGraphScope {
+  id: string;
+  label: string;
+  role: NodeRole;
+  /** Ops it stands for. */
+  count: number;
+  /** Node ids, in the graph's order. */
+  members: string[];
+}
+
+/**
+ * Where the drawings put each node, computed by the Python checker
+ * (`gradmagic/checking/graph_layout.py`) with the graph (schema 1.5).
+ */
+export interface IGraphLayout {
+  /** Every drawn node (a scope's id in place of its members): [x, y] in layout units, y growing downwards. */
+  positions: Record<string, [number, number]>;
+  /** Name scopes folded into one node each (graphs of more than 200 nodes); empty when none is. */
+  scopes: IGraphScope[];
+}
+
 export interface IGraph {
   nodes: IGraphNode[];
   edges: IGraphEdge[];
@@ -100,6 +132,8 @@ export interface IGraph {
   saved_bytes: number;
   raw: boolean;
   traced_ops: number;
+  /** Absent (or null) in a report saved before schema 1.5: then the graph cannot be drawn. */
+  layout?: IGraphLayout | null;
 }
 
 export interface IOpDescription {

@@ -5,11 +5,10 @@
 import * as fs from 'fs';
 import * as path from 'path';
 
-import { edgeDetails, graphView, nodeDetails } from '../graphview';
-import { BACKWARD_LANE, foldScopes, layout } from '../layout';
+import { NO_LAYOUT, edgeDetails, foldedGraph, graphView, nodeDetails, placeOf } from '../graphview';
 import { ReportRenderer, reportRendererFactory } from '../renderer';
 import { VERDICT_WORDS, reportView, surrogateLine } from '../reportview';
-import { IReport, MIME_TYPE, formatShape, readReport, toNumber } from '../schema';
+import { IGraph, IReport, MIME_TYPE, NodeRole, formatShape, readReport, toNumber } from '../schema';
 import { jumps, nearestPoint, niceTicks, sweepDetails } from '../sweepview';
 import { TEMPLATE, isCustomGradientCell, loadsGradmagic } from '../cells';
 
@@ -27,10 +26,30 @@ const fixtures: Record<string, IReport> = Object.fromEntries(
     .map(name => [path.basename(name, '.json'), JSON.parse(fs.readFileSync(path.join(folder, name), 'utf8'))])
 );
 const names = Object.keys(fixtures);
-/** What the Python renderers show of each fixture: the surrogate line, the sweep points marked at a jump. */
-const python: Record<string, { surrogate_line: string | null; jumps: number[] | null }> = JSON.parse(
-  fs.readFileSync(path.join(folder, 'python-renderers.txt'), 'utf8')
-);
+/**
+ * What the Python renderers show of each fixture: the surrogate line, the sweep points marked at a jump, the
+ * graph's drawn nodes ([id, label, count]) and edges ([source, target, saved]), name scopes folded.
+ */
+const python: Record<
+  string,
+  {
+    surrogate_line: string | null;
+    jumps: number[] | null;
+    drawn: { nodes: [string, string, number][]; edges: [string, string, boolean][] } | null;
+  }
+> = JSON.parse(fs.readFileSync(path.join(folder, 'python-renderers.txt'), 'utf8'));
+const BACKWARD_LANE: NodeRole[] = ['upstream', 'backward', 'downstream'];
+
+/** The centre of each drawn node's box, in SVG pixels, by node id. */
+function drawnCentres(view: Element): Map<string, { x: number; y: number }> {
+  const centres = new Map<string, { x: number; y: number }>();
+  for (const group of Array.from(view.querySelectorAll('.jp-gradmagic-node')) as SVGGElement[]) {
+    const rect = group.querySelector('rect')!;
+    const at = (name: string): number => Number(rect.getAttribute(name));
+    centres.set(group.dataset.id!, { x: at('x') + at('width') / 2, y: at('y') + at('height') / 2 });
+  }
+  return centres;
+}
 
 test('the Python suite wrote the fixtures these tests expect', () => {
   expect(names.sort()).toEqual([
@@ -40,6 +59,7 @@ test('the Python suite wrote the fixtures these tests expect', () => {
     'keras_backends',
     'log1pexp',
     'projection',
+    'scoped_graph',
     'straight_through',
     'unreduced_bias'
   ]);
@@ -114,39 +134,71 @@ describe.each(names)('report %s', name => {
     expect(chart.querySelectorAll('.jp-gradmagic-sweep-jump').length).toBe(python[name].jumps!.length);
   });
 
-  test('draws every node and edge of its graph, saved tensors marked', () => {
+  test('draws the nodes and edges the Python drawing draws, name scopes folded, saved tensors marked', () => {
     const view = reportView(report);
     const drawn = view.querySelector('.jp-gradmagic-graph') as HTMLElement | null;
     if (!report.graph) {
       expect(drawn).toBeNull();
+      expect(python[name].drawn).toBeNull();
       return;
     }
-    expect(Number(drawn!.dataset.nodeCount)).toBe(report.graph.nodes.length);
-    expect(view.querySelectorAll('.jp-gradmagic-node').length).toBe(report.graph.nodes.length);
-    expect(view.querySelectorAll('.jp-gradmagic-edge').length).toBe(report.graph.edges.length);
-    expect(view.querySelectorAll('.jp-gradmagic-edge.jp-gradmagic-saved').length).toBe(
-      report.graph.edges.filter(edge => edge.saved).length
-    );
+    const { nodes, edges } = python[name].drawn!;
+    expect(Number(drawn!.dataset.nodeCount)).toBe(nodes.length);
+    const groups = Array.from(view.querySelectorAll('.jp-gradmagic-node')) as SVGGElement[];
+    expect(groups.map(group => group.dataset.id)).toEqual(nodes.map(([id]) => id));
+    const titles = groups.map(group => group.querySelector('text')!.textContent);
+    expect(titles).toEqual(nodes.map(([, label, count]) => label + (count > 1 ? ` (${count} ops)` : '')));
+    const lines = Array.from(view.querySelectorAll('.jp-gradmagic-edge')) as SVGGElement[];
+    const sorted = (list: unknown[][]): string[] => list.map(edge => JSON.stringify(edge)).sort();
+    const saved = (line: SVGGElement): boolean => line.classList.contains('jp-gradmagic-saved');
+    expect(sorted(lines.map(line => [line.dataset.source, line.dataset.target, saved(line)]))).toEqual(sorted(edges));
+    const folded = foldedGraph(report.graph, report.graph.layout!.scopes);
+    expect(folded.nodes.map(node => node.id)).toEqual(nodes.map(([id]) => id));
+    expect(folded.edges.map(edge => [edge.source, edge.target, edge.saved])).toEqual(edges);
+  });
+
+  test('places every node where the Python layout says, the forward lane above the backward lane', () => {
+    if (!report.graph) {
+      return;
+    }
+    const positions = report.graph.layout!.positions;
+    const centres = drawnCentres(reportView(report));
+    expect([...centres.keys()].sort()).toEqual(Object.keys(positions).sort());
+    for (const [id, centre] of centres) {
+      const expected = placeOf(positions[id]);
+      expect(centre.x).toBeCloseTo(expected.x, 6);
+      expect(centre.y).toBeCloseTo(expected.y, 6);
+    }
+    // One scale for each axis: x grows with the layer, y with the row.
+    const ids = Object.keys(positions);
+    for (const [axis, pixel] of [
+      [0, 'x'],
+      [1, 'y']
+    ] as const) {
+      const [low, high] = [Math.min, Math.max].map(extreme => extreme(...ids.map(id => positions[id][axis])));
+      const [left, right] = [Math.min, Math.max].map(extreme => extreme(...ids.map(id => centres.get(id)![pixel])));
+      const scale = high > low ? (right - left) / (high - low) : 0;
+      expect(high === low || scale > 10).toBe(true);
+      for (const id of ids) {
+        expect(centres.get(id)![pixel] - left).toBeCloseTo((positions[id][axis] - low) * scale, 6);
+      }
+    }
+    const roles = new Map(foldedGraph(report.graph, report.graph.layout!.scopes).nodes.map(n => [n.id, n.role]));
+    const rows = (backward: boolean): number[] =>
+      ids.filter(id => BACKWARD_LANE.includes(roles.get(id)!) === backward).map(id => centres.get(id)!.y);
+    expect(Math.max(...rows(false))).toBeLessThan(Math.min(...rows(true)));
+    expect(new Set([...centres.values()].map(c => `${c.x},${c.y}`)).size).toBe(ids.length);
   });
 });
 
-test('the layout puts the forward lane above the backward lane and gives every node its own place', () => {
-  for (const report of Object.values(fixtures)) {
-    if (!report.graph) {
-      continue;
-    }
-    const positions = layout(report.graph);
-    expect(positions.size).toBe(report.graph.nodes.length);
-    const places = new Set([...positions.values()].map(point => `${point.x},${point.y}`));
-    expect(places.size).toBe(report.graph.nodes.length);
-    const lowestForward = Math.max(
-      ...report.graph.nodes.filter(n => !BACKWARD_LANE.includes(n.role)).map(n => positions.get(n.id)!.y)
-    );
-    const highestBackward = Math.min(
-      ...report.graph.nodes.filter(n => BACKWARD_LANE.includes(n.role)).map(n => positions.get(n.id)!.y)
-    );
-    expect(lowestForward).toBeLessThan(highestBackward);
-  }
+test('each gradient is drawn under its tensor, as in the Python drawing', () => {
+  const graph = fixtures.log1pexp.graph!;
+  const centres = drawnCentres(graphView(graph));
+  const byLabel = (label: string) => centres.get(graph.nodes.find(node => node.label === label)!.id)!;
+  expect(byLabel('dx').x).toBe(byLabel('x').x);
+  expect(byLabel('doutput').x).toBe(byLabel('output').x);
+  expect(byLabel('dx').y).toBeGreaterThan(byLabel('x').y);
+  expect(byLabel('x').x).toBeLessThan(byLabel('output').x);
 });
 
 test('hover details name op type, shape, dtype, bytes and the cell line', () => {
@@ -172,22 +224,42 @@ test('text from the report is inserted as text, never as HTML', () => {
   expect(view.textContent).toContain(report.problems[0].message);
 });
 
-test('a graph of more than 200 nodes is drawn with its name scopes folded', () => {
-  const graph = fixtures.big_graph.graph!;
-  const doubled = {
-    ...graph,
-    nodes: [
-      ...graph.nodes,
-      ...graph.nodes
-        .filter(node => node.role === 'forward')
-        .map(node => ({ ...node, id: `forward/extra/${node.id}` }))
-    ]
-  };
-  expect(doubled.nodes.length).toBeGreaterThan(200);
-  const folded = foldScopes(doubled);
-  const extra = folded.nodes.find(node => node.id === 'forward/extra')!;
-  expect(extra.count).toBe(graph.nodes.filter(node => node.role === 'forward').length);
-  expect(Number((graphView(doubled).dataset.nodeCount))).toBe(folded.nodes.length);
+test('a graph of more than 200 nodes is drawn with the name scopes the Python layout folded', () => {
+  const graph = fixtures.scoped_graph.graph!;
+  const scopes = graph.layout!.scopes;
+  expect(graph.nodes.length).toBeGreaterThan(200);
+  expect(scopes.length).toBe(80);
+  const view = graphView(graph);
+  const drawn = graph.nodes.length - scopes.reduce((sum, scope) => sum + scope.members.length - 1, 0);
+  expect(Number(view.dataset.nodeCount)).toBe(drawn);
+  expect(view.querySelector('.jp-gradmagic-muted')!.textContent).toBe(
+    `${graph.nodes.length} nodes: name scopes folded into ${drawn}.`
+  );
+  const scope = view.querySelector('.jp-gradmagic-node[data-id="backward/block_7"]') as SVGGElement;
+  expect(scope.dataset.role).toBe('backward');
+  expect(scope.querySelector('text')!.textContent).toBe('block_7 (3 ops)');
+  const first = graph.nodes.find(node => node.id === scopes.find(s => s.id === 'backward/block_7')!.members[0])!;
+  expect(nodeDetails(foldedGraph(graph, scopes).nodes.find(node => node.id === 'backward/block_7')!)).toEqual([
+    'block_7 (scope)',
+    'role: backward',
+    '3 ops folded into this scope',
+    `shape: ${formatShape(first.shapes[0])}`,
+    `dtype: ${first.dtypes[0]}`,
+    `cell line ${first.line}`
+  ]);
+  expect(view.querySelector('.jp-gradmagic-edge.jp-gradmagic-saved[data-source="forward/block_7"]')).not.toBeNull();
+});
+
+test('a graph from a report saved before schema 1.5 (no layout) shows a one-line note instead', () => {
+  const { layout, ...graph } = fixtures.log1pexp.graph!;
+  expect(layout).toBeTruthy();
+  const older: IReport = { ...fixtures.log1pexp, version: '1.4', graph: graph as IGraph };
+  expect(readReport(older)).toBe(older);
+  const view = reportView(older);
+  expect(view.querySelector('.jp-gradmagic-graph')).toBeNull();
+  expect(view.querySelector('.jp-gradmagic-graph-note')!.textContent).toBe(NO_LAYOUT);
+  expect(NO_LAYOUT).toContain('re-run the cell');
+  expect(graphView({ ...graph, layout: null }).textContent).toBe(NO_LAYOUT);
 });
 
 test('a report of another schema major version says so instead of drawing wrong', async () => {

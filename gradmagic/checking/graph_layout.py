@@ -1,0 +1,141 @@
+"""Where each node of the gradient graph is drawn: computed once, here, and carried in the Report (`Graph.layout`).
+
+Both drawings read it: the static one (`gradmagic/render/graph.py`, SVG and
+PNG) and the JupyterLab extension's interactive one (`graphview.ts`).
+
+Two lanes. The forward runs left to right in the upper lane, from the inputs
+to the outputs; the backward runs right to left in the lower lane, from the
+upstream gradients (under the outputs) to the downstream gradients (under the
+inputs), as the chain rule does. Within a lane, nodes sit in the layer of
+their longest path from the lane's start and are ordered by the mean position
+of their neighbours (a small Sugiyama layout: igraph's cannot keep two lanes
+apart). Long lanes wrap into bands; above MAX_NODES nodes, name scopes are
+folded into one node each, with a count.
+
+Pure Python: no framework, no drawing library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from gradmagic.report import Graph, GraphLayout, GraphScope
+
+FORWARD_LANE = ("input", "variable", "forward", "output")
+BACKWARD_LANE = ("upstream", "backward", "downstream")
+#: Layers per band before a lane wraps.
+BAND = 16
+#: Above this many nodes, name scopes are folded.
+MAX_NODES = 200
+
+
+def with_layout(graph: Graph) -> Graph:
+    """`graph` with its `layout`."""
+    return dataclasses.replace(graph, layout=graph_layout(graph))
+
+
+def graph_layout(graph: Graph) -> GraphLayout:
+    """The scopes folded (above MAX_NODES nodes) and the position of every node drawn."""
+    scopes = fold_scopes(graph) if len(graph.nodes) > MAX_NODES else ()
+    return GraphLayout(positions(graph.folded(scopes)), scopes)
+
+
+def fold_scopes(graph: Graph) -> tuple[GraphScope, ...]:
+    """One scope per name scope inside each pass (`forward/block_2/...`) of more than one node, with the count of
+    ops it stands for; its members in the graph's order."""
+    groups = defaultdict(list)
+    for node in graph.nodes:
+        parts = node.id.split("/")
+        key = "/".join(parts[:2]) if node.role in ("forward", "backward") and len(parts) > 2 else node.id
+        groups[key].append(node)
+    return tuple(
+        GraphScope(
+            key, key.split("/")[-1], members[0].role, sum(m.count for m in members), tuple(m.id for m in members)
+        )
+        for key, members in groups.items()
+        if len(members) > 1
+    )
+
+
+def positions(graph: Graph) -> dict[str, tuple[float, float]]:
+    """x (layer, wrapped into bands) and y (lane, band and row, growing downwards) of every node, in layout units."""
+    lanes = {node.id: ("forward" if node.role in FORWARD_LANE else "backward") for node in graph.nodes}
+    roles = {node.id: node.role for node in graph.nodes}
+    before, after = defaultdict(list), defaultdict(list)  # neighbours within the lane
+    for edge in graph.edges:
+        if lanes[edge.source] == lanes[edge.target]:
+            before[edge.target].append(edge.source)
+            after[edge.source].append(edge.target)
+    layer = _longest_paths([node.id for node in graph.nodes], before)
+    # A node that starts nothing (a constant, or a backward op fed by saved tensors only) sits just before its
+    # first consumer, not at the lane's start.
+    for _ in range(len(layer)):
+        moved = False
+        for node_id in layer:
+            if not before[node_id] and after[node_id] and roles[node_id] not in ("input", "variable", "upstream"):
+                target = min(layer[n] for n in after[node_id]) - 1
+                moved |= target != layer[node_id]
+                layer[node_id] = target
+        if not moved:
+            break
+    widths = {lane: max((layer[n] for n in layer if lanes[n] == lane), default=0) for lane in ("forward", "backward")}
+    if max(widths.values()) < BAND:  # one band: both lanes share the width, gradients under their tensors
+        widths = dict.fromkeys(widths, max(widths.values()))
+    for node_id, role in roles.items():  # outputs at the right end; gradients start under them, end under inputs
+        if role in ("output", "downstream"):
+            layer[node_id] = widths[lanes[node_id]]
+        elif role == "upstream":
+            layer[node_id] = 0
+    column = {n: (layer[n] if lanes[n] == "forward" else widths["backward"] - layer[n]) for n in layer}
+
+    # Order within (lane, column) by the mean row of the neighbours, a few sweeps.
+    neighbours = defaultdict(list)
+    for edge in graph.edges:
+        neighbours[edge.source].append(edge.target)
+        neighbours[edge.target].append(edge.source)
+    cells = defaultdict(list)
+    for node in graph.nodes:
+        cells[(lanes[node.id], column[node.id])].append(node.id)
+    row = {node_id: float(i) for members in cells.values() for i, node_id in enumerate(members)}
+    for _ in range(4):
+        for members in cells.values():
+            members.sort(key=lambda n: sum(row[m] for m in neighbours[n]) / len(neighbours[n]) if neighbours[n] else 0)
+            for i, node_id in enumerate(members):
+                row[node_id] = float(i)
+
+    band_height = {
+        lane: 1 + max((len(m) for (lane_, _), m in cells.items() if lane_ == lane), default=1)
+        for lane in lanes.values()
+    }
+    forward_bands = widths["forward"] // BAND + 1
+    placed = {}
+    for node in graph.nodes:
+        band, x = divmod(column[node.id], BAND)
+        if lanes[node.id] == "forward":
+            y = band * band_height["forward"] + row[node.id]
+        else:  # below the forward lane, with a gap for the saved-tensor edges
+            y = forward_bands * band_height.get("forward", 1) + 0.5 + band * band_height["backward"] + row[node.id]
+        placed[node.id] = (float(x), float(y))
+    return placed
+
+
+def _longest_paths(nodes: list[str], before: dict) -> dict[str, int]:
+    """Layer of each node: the length of the longest path reaching it. A traced graph has no cycles; were there
+    one, the edge closing it would be ignored."""
+    layer: dict[str, int] = {}
+    for start in nodes:
+        stack = [(start, False)]
+        visiting: set[str] = set()
+        while stack:
+            node_id, done = stack.pop()
+            if node_id in layer:
+                continue
+            if done:
+                visiting.discard(node_id)
+                layer[node_id] = 1 + max((layer.get(p, 0) for p in before[node_id] if p in layer), default=-1)
+                continue
+            visiting.add(node_id)
+            stack.append((node_id, True))
+            stack += [(p, False) for p in before[node_id] if p not in layer and p not in visiting]
+    return layer
