@@ -146,10 +146,12 @@ def main() -> None:
                 f"   portability check, backends='all', from this process: {portability['wall']:.1f} s wall, "
                 f"verdicts {portability['verdicts']}"
             )
-    print(textwrap.dedent("""
+    print(
+        textwrap.dedent("""
         The anchors differ in what they say: compute_gradient and gradcheck build dense Jacobians (N^2), check_grads
         draws random projections and says pass or fail; none locates the wrong element or runs at N = 1,000,000
-        with a dense Jacobian."""))
+        with a dense Jacobian.""")
+    )
 
 
 if __name__ == "__main__":

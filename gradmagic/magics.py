@@ -29,6 +29,12 @@ from gradmagic.op import OpInfo, attach, info_of
 _DEFAULTS = CheckOptions()
 
 
+def _option(trait: type, name: str, help: str):
+    """A `%config GradientMagics` trait for the check option `name`, starting from its CheckOptions default."""
+    default = getattr(_DEFAULTS, name)
+    return trait(default, allow_none=default is None, config=True, help=help)
+
+
 def _check_arguments(magic):
     """--rtol, --atol, --eps, --order, --graph/--no-graph, --backends, --surrogate, shared by both magics (defaults:
     the traits)."""
@@ -90,45 +96,27 @@ class GradientMagics(Magics):
         "--no-check turns this off for one cell.",
     )
     quiet = Bool(False, config=True, help="Display nothing when an op is defined and its check passes.")
-    rtol = Float(
-        _DEFAULTS.rtol,
-        allow_none=True,
-        config=True,
-        help="Relative tolerance of the finite-difference comparison (None: by dtype, 1e-5 in float64).",
+    # The check's options, their defaults those of CheckOptions.
+    rtol = _option(
+        Float, "rtol", "Relative tolerance of the finite-difference comparison (None: by dtype, 1e-5 in float64)."
     )
-    atol = Float(
-        _DEFAULTS.atol,
-        allow_none=True,
-        config=True,
-        help="Absolute tolerance of the finite-difference comparison (None: by dtype, 1e-8 in float64).",
+    atol = _option(
+        Float, "atol", "Absolute tolerance of the finite-difference comparison (None: by dtype, 1e-8 in float64)."
     )
-    eps = Float(
-        _DEFAULTS.eps,
-        allow_none=True,
-        config=True,
-        help="Relative finite-difference step (None: machine epsilon ** (1/3) of the dtype).",
+    eps = _option(Float, "eps", "Relative finite-difference step (None: machine epsilon ** (1/3) of the dtype).")
+    full_threshold = _option(
+        Int,
+        "full_threshold",
+        "Up to this many input elements, dense Jacobians are compared; above, random projections.",
     )
-    full_threshold = Int(
-        _DEFAULTS.full_threshold,
-        config=True,
-        help="Up to this many input elements, dense Jacobians are compared; above, random projections.",
-    )
-    probes = Int(_DEFAULTS.probes, config=True, help="Random directions in projection mode.")
-    order = Int(
-        _DEFAULTS.order,
-        config=True,
-        help="2: also check the derivative of the custom gradient (what nested tapes use).",
-    )
-    graph = Bool(
-        _DEFAULTS.graph,
-        config=True,
-        help="Trace the forward and the backward and show the gradient graph in the report.",
-    )
-    seed = Int(_DEFAULTS.seed, config=True, help="Seed of the random upstream gradients and directions.")
-    sweep = Bool(
-        _DEFAULTS.sweep,
-        config=True,
-        help="Sweep a scalar input, or an input the op is element-wise in, and draw the output and its derivative "
+    probes = _option(Int, "probes", "Random directions in projection mode.")
+    order = _option(Int, "order", "2: also check the derivative of the custom gradient (what nested tapes use).")
+    graph = _option(Bool, "graph", "Trace the forward and the backward and show the gradient graph in the report.")
+    seed = _option(Int, "seed", "Seed of the random upstream gradients and directions.")
+    sweep = _option(
+        Bool,
+        "sweep",
+        "Sweep a scalar input, or an input the op is element-wise in, and draw the output and its derivative "
         "(custom, autodiff, finite differences) along it.",
     )
     framework = Enum(

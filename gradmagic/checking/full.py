@@ -80,19 +80,7 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
     elif options.surrogate:
         surrogate.report_declared_match(findings)
-    _report_autodiff(
-        own.custom[0],
-        own_autodiff,
-        numerical,
-        autodiff,
-        tolerance,
-        judged,
-        mismatched,
-        original_z=run.z(run.layout),
-        columns=columns,
-        rows=rows,
-        findings=findings,
-    )
+    _report_autodiff(run, own, numerical, autodiff, tolerance, judged, mismatched)
 
     worst = [
         _element(columns, rows, row, column, custom, numerical, own_autodiff, error)
@@ -231,21 +219,12 @@ def _pattern(mismatched, custom, numerical) -> str:
     return ""
 
 
-def _report_autodiff(
-    own_custom,
-    own_autodiff,
-    numerical,
-    autodiff,
-    tolerance,
-    judged,
-    mismatched,
-    *,
-    original_z,
-    columns: Axis,
-    rows: Axis,
-    findings: Findings,
-) -> None:
-    """autodiff-nonfinite (in the op's own precision) and autodiff-differs (in the finite differences')."""
+def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, judged, mismatched) -> None:
+    """autodiff-nonfinite (in the op's own precision, `own`) where the custom gradient is right, and
+    autodiff-differs (in the finite differences' precision) where it is right and judged."""
+    findings, columns, rows = run.findings, run.columns, run.rows
+    example = run.z(run.layout)
+    own_custom, own_autodiff = own.custom[0], None if own.autodiff is None else own.autodiff[0]
     if own_autodiff is not None and not np.isfinite(own_autodiff).all():
         with np.errstate(all="ignore"):
             rescued = ~np.isfinite(own_autodiff) & np.isfinite(own_custom) & ~mismatched
@@ -260,7 +239,7 @@ def _report_autodiff(
                 "autodiff-nonfinite",
                 "info",
                 f"{findings.wording.autodiff} of the forward is NaN/Inf at {count} input "
-                f"element{'s' if count > 1 else ''}: at {element_label(name, index)} = {original_z[column]:.6g}, "
+                f"element{'s' if count > 1 else ''}: at {element_label(name, index)} = {example[column]:.6g}, "
                 f"for d {element_label(output_name, output_index)} "
                 f"autodiff gives {own_autodiff[row, column]:.6g}, the custom gradient "
                 f"{own_custom[row, column]:.6g} and finite differences {numerical[row, column]:.6g}. "
@@ -272,9 +251,7 @@ def _report_autodiff(
             )
     if autodiff is not None:
         with np.errstate(all="ignore"):
-            differs = np.abs(autodiff - numerical) > tolerance  # False where either is NaN
-        if differs.any():
-            differs &= judged & ~mismatched
+            differs = (np.abs(autodiff - numerical) > tolerance) & judged & ~mismatched  # False where either is NaN
         if differs.any():
             row, column = np.argwhere(differs)[0]
             name, index = columns.label(int(column))

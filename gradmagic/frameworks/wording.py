@@ -13,6 +13,16 @@ from dataclasses import dataclass
 
 #: Keras backends as users name them.
 BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+#: Keras 3's ops, as advice names them on every backend.
+KERAS_OPS = {
+    "zeros_like": "ops.zeros_like",
+    "cast": "ops.cast",
+    "reduce_sum": "ops.sum",
+    "reshape": "ops.reshape",
+    "where": "ops.where",
+    "softplus": "ops.softplus",
+    "stop_gradient": "ops.stop_gradient",
+}
 
 
 @dataclass(frozen=True)

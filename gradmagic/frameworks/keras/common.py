@@ -12,7 +12,18 @@ from typing import Any, Callable
 
 import keras
 
-from gradmagic.frameworks.base import Layout
+from gradmagic.frameworks.base import Adapter, Layout
+
+
+class KerasAdapter(Adapter):
+    """What the adapters of Keras's JAX and PyTorch backends share: the decorator, its keyword arguments."""
+
+    name = "keras"
+    decorator = "keras.ops.custom_gradient"
+
+    def decorate(self, function: Callable) -> Callable:
+        """Decorate with `keras.ops.custom_gradient`; the op also takes keyword arguments, as constants."""
+        return keyword_binding_op(function)
 
 
 def keyword_binding_op(function: Callable) -> Callable:

@@ -18,7 +18,6 @@ import numpy as np
 from jax import tree_util
 
 from gradmagic.frameworks.base import (
-    Adapter,
     ForwardRun,
     GradientConvention,
     Layout,
@@ -29,7 +28,7 @@ from gradmagic.frameworks.base import (
     unless_all_nan,
 )
 from gradmagic.frameworks.cache import cache_of
-from gradmagic.frameworks.keras.common import VariableReads, closure, keyword_binding_op, refuse_variables
+from gradmagic.frameworks.keras.common import KerasAdapter, VariableReads, closure, refuse_variables
 from gradmagic.frameworks.keras.jax_graph import GraphTracer
 from gradmagic.frameworks.keras.jax_values import (
     NARROW_FLOATS,
@@ -53,13 +52,11 @@ _NOT_DIFFERENTIABLE = (LookupError, NotImplementedError, TypeError, ValueError)
 _BATCH_ELEMENTS = 2**24
 
 
-class KerasJaxAdapter(Adapter):
+class KerasJaxAdapter(KerasAdapter):
     """`keras.ops.custom_gradient` ops on Keras 3's JAX backend, checked through `jax.vjp` inside `jax.jit`."""
 
-    name = "keras"
     display_name = "Keras 3 (JAX backend)"
     version = f"keras {keras.__version__}, jax {jax.__version__}"
-    decorator = "keras.ops.custom_gradient"
     backend = "jax"
     # Measured with jax 0.10.2: `jax.custom_gradient` calls the rule once, with one cotangent shaped like the
     # outputs (a tuple for a tuple of outputs, a dict for a dict); a list of gradients as long as the op's
@@ -68,10 +65,6 @@ class KerasJaxAdapter(Adapter):
     autodiff = "jax.vjp"
     compiled = "jax.jit"
     wording = KERAS_ON_JAX
-
-    def decorate(self, function: Callable) -> Callable:
-        """Decorate with `keras.ops.custom_gradient`; the op also takes keyword arguments, as constants."""
-        return keyword_binding_op(function)
 
     def _unwrap(self, op: Callable) -> Callable | None:
         """The user's function inside `keras.ops.custom_gradient(f)` (or `jax.custom_gradient(f)`)."""
@@ -138,15 +131,7 @@ class KerasJaxAdapter(Adapter):
             compiled = self._compiled(target, layout, "evaluate", compute)
             return np.asarray(compiled(layout.perturbed, _padded(points)))[: len(points)]
 
-    def vjps(
-        self,
-        target: Target,
-        layout: Layout,
-        points: np.ndarray,
-        upstreams: np.ndarray,
-        autodiff: bool = True,
-        jacobian: bool = False,
-    ) -> Vjps:
+    def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         refuse_variables(layout, "JAX")
 
         def compute(perturbed, points, upstreams):

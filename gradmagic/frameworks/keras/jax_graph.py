@@ -29,16 +29,8 @@ _NAMED_CALLS = {"pjit", "jit"}
 _PASSTHROUGH = {"copy", "copy_p"}
 #: JAX's primitives (and named library calls) that tell an intended surrogate gradient from a mistake (`RawOp.meaning`).
 _MEANINGS = {
-    "round": "round",
-    "sign": "sign",
-    "floor": "floor",
-    "ceil": "ceil",
-    "clamp": "clip",
-    "clip": "clip",
-    "min": "minimum",
-    "max": "maximum",
-    "stop_gradient": "stop_gradient",
-    "convert_element_type": "cast",
+    **{name: name for name in ("round", "sign", "floor", "ceil", "stop_gradient")},
+    **{"clamp": "clip", "clip": "clip", "min": "minimum", "max": "maximum", "convert_element_type": "cast"},
 }
 
 

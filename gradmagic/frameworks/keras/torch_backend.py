@@ -29,7 +29,6 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradmagic.frameworks.base import (
-    Adapter,
     ForwardRun,
     GradientConvention,
     Layout,
@@ -38,7 +37,7 @@ from gradmagic.frameworks.base import (
     TensorMeta,
     Vjps,
 )
-from gradmagic.frameworks.keras.common import VariableReads, keyword_binding_op, refuse_variables
+from gradmagic.frameworks.keras.common import KerasAdapter, VariableReads, refuse_variables
 from gradmagic.frameworks.keras.torch_graph import GraphRecorder
 from gradmagic.frameworks.keras.torch_values import OnZ, dtype_name, grad, to_tensor, torch_dtype, vjp_rows
 from gradmagic.frameworks.keras.wording import KERAS_ON_TORCH
@@ -49,13 +48,11 @@ _NOT_DIFFERENTIABLE = (RuntimeError, NotImplementedError)
 _KERAS_OP = type(keras.ops.custom_gradient(lambda: None))
 
 
-class KerasTorchAdapter(Adapter):
+class KerasTorchAdapter(KerasAdapter):
     """`keras.ops.custom_gradient` ops on Keras 3's PyTorch backend, checked through `torch.autograd`."""
 
-    name = "keras"
     display_name = "Keras 3 (PyTorch backend)"
     version = f"keras {keras.__version__}, torch {torch.__version__}"
-    decorator = "keras.ops.custom_gradient"
     backend = "torch"
     # keras/src/backend/torch/core.py (Keras 3.15): CustomGradientFunction.backward(ctx, grad_output) takes one
     # upstream gradient and calls grad_fn(*ctx.saved_tensors, upstream=grad_output); it returns (None,) + grads,
@@ -66,10 +63,6 @@ class KerasTorchAdapter(Adapter):
     autodiff = "torch.autograd"
     compiled = "Keras's torch.autograd.Function"
     wording = KERAS_ON_TORCH
-
-    def decorate(self, function: Callable) -> Callable:
-        """Decorate with `keras.ops.custom_gradient`; the op also takes keyword arguments, as constants."""
-        return keyword_binding_op(function)
 
     def _unwrap(self, op: Callable) -> Callable | None:
         return op.forward_fn if isinstance(op, _KERAS_OP) else None
@@ -125,15 +118,7 @@ class KerasTorchAdapter(Adapter):
         z = torch.as_tensor(points)
         return OnZ(target, layout, z.dtype).evaluate(z).numpy()
 
-    def vjps(
-        self,
-        target: Target,
-        layout: Layout,
-        points: np.ndarray,
-        upstreams: np.ndarray,
-        autodiff: bool = True,
-        jacobian: bool = False,
-    ) -> Vjps:
+    def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         refuse_variables(layout, "PyTorch")
         on_z = OnZ(target, layout, np.dtype(points.dtype))
         given = torch.as_tensor(upstreams, dtype=on_z.dtype)

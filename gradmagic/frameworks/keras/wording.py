@@ -5,17 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gradmagic.frameworks.wording import Wording
+from gradmagic.frameworks.wording import KERAS_OPS, Wording
 
-_KERAS_OPS = {
-    "zeros_like": "ops.zeros_like",
-    "cast": "ops.cast",
-    "reduce_sum": "ops.sum",
-    "reshape": "ops.reshape",
-    "where": "ops.where",
-    "softplus": "ops.softplus",
-    "stop_gradient": "ops.stop_gradient",
-}
 _KEYWORD_BINDING = (
     "bind them with functools.partial before decorating, or make the op with %%custom_gradient --keras, whose op "
     "accepts them."
@@ -74,7 +65,7 @@ KERAS_ON_JAX = JaxWording(
     keyword_refusal=("positional-only arguments",),
     keyword_refusal_sentence="keras.ops.custom_gradient on JAX refuses keyword arguments",
     keyword_binding_advice=_KEYWORD_BINDING,
-    **_KERAS_OPS,
+    **KERAS_OPS,
 )
 
 KERAS_ON_TORCH = TorchWording(
@@ -94,5 +85,5 @@ KERAS_ON_TORCH = TorchWording(
     keyword_refusal=("forward() got an unexpected keyword argument",),
     keyword_refusal_sentence="keras.ops.custom_gradient on PyTorch refuses keyword arguments",
     keyword_binding_advice=_KEYWORD_BINDING,
-    **_KERAS_OPS,
+    **KERAS_OPS,
 )

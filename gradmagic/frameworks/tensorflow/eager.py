@@ -22,17 +22,7 @@ from gradmagic.frameworks.base import (
     Vjps,
     unless_all_nan,
 )
-from gradmagic.frameworks.tensorflow import tracing
-from gradmagic.frameworks.tensorflow.building import (
-    autodiff_or_nan,
-    call,
-    flat_gradients,
-    flat_outputs,
-    input_leaves_at,
-    over_rows,
-    sources,
-    variable_values,
-)
+from gradmagic.frameworks.tensorflow import building, tracing
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
 
@@ -134,15 +124,7 @@ class TensorFlowAdapter(Adapter):
         with _VariablesRestored(layout):
             return compiled(list(layout.inputs), tf.constant(points)).numpy()
 
-    def vjps(
-        self,
-        target: Target,
-        layout: Layout,
-        points: np.ndarray,
-        upstreams: np.ndarray,
-        autodiff: bool = True,
-        jacobian: bool = False,
-    ) -> Vjps:
+    def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         one_point, count = len(points) == 1, len(upstreams)
         dtype = tf.as_dtype(points.dtype)
 
@@ -152,7 +134,7 @@ class TensorFlowAdapter(Adapter):
                 outputs, custom = _outputs_and_vjps(layout, leaves, target.op, upstreams, dtype, jacobian)
                 if not autodiff:
                     return outputs, custom
-                plain_vjps = autodiff_or_nan(
+                plain_vjps = building.autodiff_or_nan(
                     lambda: _outputs_and_vjps(layout, leaves, target.forward, upstreams, dtype, jacobian)[1], custom
                 )
                 return outputs, custom, plain_vjps
@@ -183,7 +165,7 @@ class TensorFlowAdapter(Adapter):
                 gradient = _outputs_and_vjps(layout, inputs, target.op, upstream[None], dtype)[1][0]
             blocks = outer.jacobian(
                 gradient,
-                sources(layout, inputs),
+                building.sources(layout, inputs),
                 unconnected_gradients=tf.UnconnectedGradients.ZERO,
                 experimental_use_pfor=False,
             )
@@ -200,7 +182,7 @@ class TensorFlowAdapter(Adapter):
             with tf.name_scope("forward"):
                 with tf.GradientTape() as tape:
                     tape.watch(watched)
-                    outputs = tf.nest.flatten(call(target.op, layout, inputs))
+                    outputs = tf.nest.flatten(building.call(target.op, layout, inputs))
             with tf.name_scope("backward"):
                 gradients = tape.gradient(
                     outputs,
@@ -277,20 +259,20 @@ def _outputs_and_vjps(
     count = upstreams.shape[0]
     with tf.GradientTape(persistent=count != 1 or jacobian) as tape:
         tape.watch(watched)
-        flat = flat_outputs(call(forward, layout, leaves), dtype)
+        flat = building.flat_outputs(building.call(forward, layout, leaves), dtype)
     targets = watched + list(layout.variables)
 
     def vjp(upstream: tf.Tensor) -> tf.Tensor:
         gradients = tape.gradient(
             flat, targets, output_gradients=upstream, unconnected_gradients=tf.UnconnectedGradients.ZERO
         )
-        return flat_gradients(gradients, dtype)
+        return building.flat_gradients(gradients, dtype)
 
     rows = []
     if count == 1:
         rows.append(vjp(upstreams[0])[None])
     elif count != 0:
-        rows.append(over_rows(vjp, upstreams))
+        rows.append(building.over_rows(vjp, upstreams))
     if jacobian:  # by pfor over the outputs, with no identity matrix of M x M
         try:
             blocks = tape.jacobian(flat, targets, unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -305,15 +287,15 @@ def _outputs_and_vjps(
 
 def _leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> list:
     """The input leaves at the point z; the variables are assigned from z's tail."""
-    leaves, offset = input_leaves_at(layout, inputs, z)
-    for variable, value in variable_values(layout, z, offset):
+    leaves, offset = building.input_leaves_at(layout, inputs, z)
+    for variable, value in building.variable_values(layout, z, offset):
         variable.assign(value)
     return leaves
 
 
 def _forward_at(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
     """The raw forward at the point z, flattened, in z's dtype."""
-    return flat_outputs(call(target.forward, layout, _leaves_at(layout, inputs, z)), z.dtype)
+    return building.flat_outputs(building.call(target.forward, layout, _leaves_at(layout, inputs, z)), z.dtype)
 
 
 def _map(layout: Layout, function: Callable, points: tf.Tensor, results: int = 1, vectorize: bool = True) -> Any:

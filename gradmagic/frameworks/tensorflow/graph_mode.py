@@ -35,17 +35,7 @@ import tensorflow as tf
 
 from gradmagic.frameworks.base import ForwardRun, Layout, RawGraph, Target, TensorMeta, Vjps, unless_all_nan
 from gradmagic.frameworks.cache import cache_of
-from gradmagic.frameworks.tensorflow.building import (
-    autodiff_or_nan,
-    call,
-    flat_gradients,
-    flat_outputs,
-    input_leaves_at,
-    over_rows,
-    sources,
-    variable_values,
-    z_dtype,
-)
+from gradmagic.frameworks.tensorflow import building
 from gradmagic.frameworks.tensorflow.eager import TensorFlowAdapter
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import GRAPH_MODE
@@ -139,15 +129,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         (at, rows), evaluations = self._here.built(("evaluate", str(points.dtype)), layout, build)
         return self._here.run(evaluations, {at: z, rows: points}, perturbs=layout.variables)
 
-    def vjps(
-        self,
-        target: Target,
-        layout: Layout,
-        points: np.ndarray,
-        upstreams: np.ndarray,
-        autodiff: bool = True,
-        jacobian: bool = False,
-    ) -> Vjps:
+    def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         z = self._z(layout, points.dtype)
         one_point, count = len(points) == 1, len(upstreams)
 
@@ -160,7 +142,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
                 outputs, custom = _outputs_and_vjps(layout, leaves, target.op, upstream_rows, jacobian)
                 if not autodiff:
                     return outputs, custom
-                plain_vjps = autodiff_or_nan(
+                plain_vjps = building.autodiff_or_nan(
                     lambda: _outputs_and_vjps(layout, leaves, target.forward, upstream_rows, jacobian)[1], custom
                 )
                 return outputs, custom, plain_vjps
@@ -183,7 +165,9 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
             _, gradient = _outputs_and_vjps(layout, inputs, target.op, upstream_vector)
             dtype = tf.as_dtype(upstream.dtype)
             jacobian = tf.map_fn(
-                lambda row: flat_gradients(_gradients(gradient[0], sources(layout, inputs), row), dtype),
+                lambda row: building.flat_gradients(
+                    _gradients(gradient[0], building.sources(layout, inputs), row), dtype
+                ),
                 tf.eye(tf.size(gradient[0]), dtype=dtype),
                 fn_output_signature=dtype,
             )
@@ -204,9 +188,11 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         inputs = [tf.compat.v1.placeholder(t.dtype, t.shape, name="input") for t in layout.inputs]
         upstream_inputs = [tf.compat.v1.placeholder(u.dtype, u.shape, name="upstream") for u in upstreams]
         with tf.name_scope("forward") as forward:
-            outputs = tf.nest.flatten(call(target.op, layout, inputs))
+            outputs = tf.nest.flatten(building.call(target.op, layout, inputs))
         with tf.name_scope("backward") as backward:
-            gradients = [tf.convert_to_tensor(g) for g in _gradients(outputs, sources(layout, inputs), upstream_inputs)]
+            gradients = [
+                tf.convert_to_tensor(g) for g in _gradients(outputs, building.sources(layout, inputs), upstream_inputs)
+            ]
         built = graph.get_operations()[first:]
         inside = {op.name for op in built}
         outside = {t.op.name: t.op for op in built for t in op.inputs if t.op.name not in inside}
@@ -238,7 +224,7 @@ def _forward(target: Target, layout: Layout) -> Callable:
     """The raw forward at input leaves, its floating outputs flattened in the dtype of z (see `_along`)."""
 
     def evaluate(leaves: list) -> tf.Tensor:
-        return flat_outputs(call(target.forward, layout, leaves), z_dtype(layout, leaves))
+        return building.flat_outputs(building.call(target.forward, layout, leaves), building.z_dtype(layout, leaves))
 
     return evaluate
 
@@ -252,23 +238,23 @@ def _outputs_and_vjps(
 ) -> tuple:
     """The flat floating outputs of `forward` at the leaves, and [K, N]: tf.gradients for each upstream row, then
     with `jacobian` for every one-hot row."""
-    dtype = z_dtype(layout, leaves)
-    flat = flat_outputs(call(forward, layout, leaves), dtype)
-    xs = sources(layout, leaves)
+    dtype = building.z_dtype(layout, leaves)
+    flat = building.flat_outputs(building.call(forward, layout, leaves), dtype)
+    xs = building.sources(layout, leaves)
 
     def vjp(upstream: tf.Tensor) -> tf.Tensor:
-        return flat_gradients(_gradients(flat, xs, upstream), dtype)
+        return building.flat_gradients(_gradients(flat, xs, upstream), dtype)
 
     if upstreams.shape[0] == 1 and not jacobian:
         return flat, vjp(upstreams[0])[None]
     rows = tf.concat([upstreams, tf.eye(tf.size(flat), dtype=dtype)], axis=0) if jacobian else upstreams
-    return flat, over_rows(vjp, rows)
+    return flat, building.over_rows(vjp, rows)
 
 
 def _at(layout: Layout, inputs: list, point: tf.Tensor, evaluate: Callable, after: list = ()) -> Any:
     """`evaluate(leaves)` at the point z: inputs from z, variables assigned from its tail first (after `after`)."""
     with tf.control_dependencies(after):
-        leaves, offset = input_leaves_at(layout, inputs, point)
+        leaves, offset = building.input_leaves_at(layout, inputs, point)
         assigned = _assignments(layout, point, offset)
     with tf.control_dependencies(assigned):  # the forward's variable reads, made inside, wait for the assignments
         return tf.nest.map_structure(lambda result: tf.cast(result, point.dtype), evaluate(leaves))
@@ -308,7 +294,7 @@ def _along(
 
 def _assignments(layout: Layout, z: tf.Tensor, offset: int | None = None) -> list:
     """Assign the variables from z's tail (from `offset`); the assignment ops."""
-    return [variable.assign(value, read_value=False) for variable, value in variable_values(layout, z, offset)]
+    return [variable.assign(value, read_value=False) for variable, value in building.variable_values(layout, z, offset)]
 
 
 ADAPTER = TensorFlowGraphAdapter()

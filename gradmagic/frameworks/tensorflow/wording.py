@@ -6,7 +6,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from gradmagic.frameworks.wording import Wording
+from gradmagic.frameworks.wording import KERAS_OPS, Wording
 
 # TensorFlow 1's tf.cond (tf.compat.v1.disable_v2_behavior()) on a vector, when the graph is built.
 _VECTOR_COND_V1 = re.compile(r"Shape must be rank 0 but is rank \d+ for '\{\{node [^}]*Switch\}\}")
@@ -78,11 +78,5 @@ KERAS_ON_TENSORFLOW = dataclasses.replace(
     runs_on="Keras's TensorFlow backend",
     decorator="keras.ops.custom_gradient",
     autodiff="TensorFlow's own gradient (tf.GradientTape)",
-    zeros_like="ops.zeros_like",
-    cast="ops.cast",
-    reduce_sum="ops.sum",
-    reshape="ops.reshape",
-    where="ops.where",
-    softplus="ops.softplus",
-    stop_gradient="ops.stop_gradient",
+    **KERAS_OPS,
 )
