@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 from gradmagic.report import Report
@@ -16,20 +17,54 @@ _sys.stdout.write("\\n@@gradmagic-result@@" + _json.dumps(RESULT) + "\\n")
 """
 
 
+class BackendProcess:
+    """A fresh Python running code under one Keras backend; `result()` waits for it and returns its RESULT."""
+
+    def __init__(self, backend: str, code: str, timeout: float = 300):
+        # The conftest's environment (config and caches in the session's temporary folder), imported here so that a
+        # subprocess importing this module does not import the conftest (which would make a folder of its own).
+        from conftest import ISOLATED_ENV
+
+        self.backend, self.timeout = backend, timeout
+        # Files, not pipes: several processes run at once, and a full pipe would stall one until it is read.
+        self._stdout, self._stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        environment = {**os.environ, **ISOLATED_ENV, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code) + _EPILOGUE],
+            env=environment,
+            stdout=self._stdout,
+            stderr=self._stderr,
+            text=True,
+        )
+
+    def close(self) -> None:
+        """Stop the process if it still runs (when its result was never asked for)."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._stdout.close()
+        self._stderr.close()
+
+    def result(self) -> object:
+        try:
+            returncode = self._process.wait(self.timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+            raise
+        with self._stdout, self._stderr:
+            self._stdout.seek(0)
+            self._stderr.seek(0)
+            stdout, stderr = self._stdout.read(), self._stderr.read()
+        marker = "@@gradmagic-result@@"
+        if returncode != 0 or marker not in stdout:
+            raise AssertionError(f"{self.backend} subprocess failed (exit {returncode}):\n{stderr[-4000:]}")
+        return json.loads(stdout.rsplit(marker, 1)[1])
+
+
 def run_in_backend(backend: str, code: str, timeout: float = 300) -> object:
     """Run `code` with KERAS_BACKEND=`backend`; it must set RESULT to something JSON can hold, which is returned."""
-    environment = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code) + _EPILOGUE],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    marker = "@@gradmagic-result@@"
-    if completed.returncode != 0 or marker not in completed.stdout:
-        raise AssertionError(f"{backend} subprocess failed (exit {completed.returncode}):\n{completed.stderr[-4000:]}")
-    return json.loads(completed.stdout.rsplit(marker, 1)[1])
+    return BackendProcess(backend, code, timeout).result()
 
 
 def check_in_backend(backend: str, setup: str, call: str, timeout: float = 300) -> Report:

@@ -91,66 +91,22 @@ def test_pytorch_only_form_is_refused_the_way_jax_calls_the_gradient():
     assert "missing a required argument: 'upstream'" in found.message
 
 
-TWO_INPUTS = """
+def test_a_wrong_gradient_of_the_second_input_is_located_at_that_input():
+    # Two inputs with a correct gradient pass: a case of test_conformance.py.
+    setup = """
 def mul_sin(x, y):
     def grad(upstream):
-        return upstream * (y + ops.cos(x)), upstream * {dy}
+        return upstream * (y + ops.cos(x)), upstream * y
     return x * y + ops.sin(x), grad
 """
-
-
-@pytest.mark.parametrize("dy, ok", [("x", True), ("y", False)])
-def test_two_inputs_pass_and_a_wrong_gradient_is_located_at_its_input(dy, ok):
     report = check_in_backend(
-        "jax",
-        TWO_INPUTS.format(dy=dy),
-        "mul_sin, np.array([0.5, -1.0, 2.0], np.float32), np.array([1.5, 0.25, -3.0], np.float32)",
+        "jax", setup, "mul_sin, np.array([0.5, -1.0, 2.0], np.float32), np.array([1.5, 0.25, -3.0], np.float32)"
     )
-    assert report.ok is ok, report
     assert [row.name for row in report.tensors if row.role == "downstream"] == ["dx", "dy"]
-    if not ok:
-        assert codes(report) == ["fd-mismatch"]
-        found = problem(report, "fd-mismatch")
-        assert found.location.input == "y" and found.location.output == "output"
-        assert "d output[2] / d y[2]: custom -3, finite differences 2" in found.message
-
-
-def test_unreduced_broadcast_gradient_is_caught_with_the_axes_to_sum():
-    report = check_in_backend(
-        "jax",
-        "def add_bias(x, b):\n    return x + b, lambda upstream: (upstream, upstream)\n",
-        "add_bias, np.ones((4, 3), np.float32), np.zeros(3, np.float32)",
-    )
-    found = problem(report, "grad-shape")
-    assert found.severity == "error" and found.location.input == "b" and found.location.line == 5
-    assert "has shape [4, 3] but `b` has shape [3]" in found.message
-    assert "`ops.sum(grad, axis=[0])`" in found.message
-    assert report.numerics.mode == "skipped"
-
-
-PROJECTED = """
-def scaled_square(x):
-    def grad(upstream):
-        wrong = ops.where((ops.arange(x.shape[0])[:, None] == 20) & (ops.arange(x.shape[1]) == 34), {error}, 0.0)
-        return upstream * (2.0 * x + wrong)
-    return x * x, grad
-x = np.random.default_rng(0).standard_normal((50, 60)).astype(np.float32)
-"""
-
-
-@pytest.mark.parametrize("error", [0.0, 1.0])
-def test_projection_mode_past_full_threshold_locates_one_wrong_element(error):
-    report = check_in_backend("jax", PROJECTED.format(error=error), "scaled_square, x")
-    assert report.numerics.mode == "projection" and report.numerics.elements == 3000
-    if not error:
-        assert report.ok, report
-        return
+    assert codes(report) == ["fd-mismatch"]
     found = problem(report, "fd-mismatch")
-    assert (found.location.input, found.location.index) == ("x", (20, 34))
-    # A component of the VJP for a random upstream u: custom u * (2x + 1), finite differences u * 2x.
-    (located,) = report.numerics.worst
-    x = np.random.default_rng(0).standard_normal((50, 60)).astype(np.float32)[20, 34]
-    assert located.numerical / located.custom == pytest.approx(2 * x / (2 * x + 1), rel=1e-3)
+    assert found.location.input == "y" and found.location.output == "output"
+    assert "d output[2] / d y[2]: custom -3, finite differences 2" in found.message
 
 
 @pytest.mark.parametrize("user_x64", [False, True])
@@ -290,10 +246,3 @@ def test_redefined_ops_and_their_compiled_functions_are_freed():
         )
     )
     assert result == [True] * 4
-
-
-def test_second_order_finds_a_gradient_function_that_does_not_differentiate():
-    setup = "def square(x):\n    return x * x, lambda upstream: upstream * 2.0 * ops.stop_gradient(x)\n"
-    report = check_in_backend("jax", setup, "square, np.array([1.0, -2.0]), order=2")
-    found = problem(report, "second-order-mismatch")
-    assert found.location.input == "x" and "through the gradient function 0" in found.message
