@@ -48,6 +48,16 @@ class Axis:
         return self.names[part], tuple(int(i) for i in index)
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array starting on a cache line (64 bytes): frameworks take such large arrays without a
+    copy."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    buffer = np.empty(count * dtype.itemsize + 64, np.uint8)
+    start = -buffer.ctypes.data % 64
+    return buffer[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
 def machine_epsilon(dtype: str) -> float:
     return EPSILONS.get(dtype, EPSILONS["float32"])
 
@@ -83,21 +93,20 @@ def steps_for(z: np.ndarray, dtypes: list[str], sizes: list[int], eps: float | N
 
 
 def central_points(z: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """[2N + 1, N]: z, then z + h_i e_i for every i, then z - h_i e_i (the full-mode stencil)."""
+    """[2N + 1, N]: z, then z + h_i e_i for every i, then z - h_i e_i (the full-mode stencil, as points)."""
     identity = np.diag(steps)
     return np.concatenate([z[None], z[None] + identity, z[None] - identity])
 
 
-def central_differences(evaluations: np.ndarray, custom: np.ndarray, steps: np.ndarray, rtol: float, atol: float):
+def central_differences(plus: np.ndarray, minus: np.ndarray, custom: np.ndarray, steps: np.ndarray, rtol, atol):
     """Central differences and the scale-aware error of `custom` against them, in the [N, M] layout.
 
-    `evaluations` holds f at `central_points`; `custom` is the [M, N] Jacobian
-    to judge. The tolerance adds the rounding of the differences themselves to
-    atol and rtol; an error above 1 is a mismatch. In-place arithmetic: N x M
-    entries. Returns (numerical, tolerance, error), each [N, M].
+    `plus` and `minus` hold f(z + h_i e_i) and f(z - h_i e_i), row i for
+    element i; `custom` is the [M, N] Jacobian to judge. The tolerance adds
+    the rounding of the differences themselves to atol and rtol; an error
+    above 1 is a mismatch. In-place arithmetic: N x M entries. Returns
+    (numerical, tolerance, error), each [N, M].
     """
-    n = steps.size
-    plus, minus = evaluations[1 : n + 1], evaluations[n + 1 :]
     h = steps[:, None]
     with np.errstate(all="ignore"):
         custom_t = np.ascontiguousarray(custom.T)
@@ -105,7 +114,7 @@ def central_differences(evaluations: np.ndarray, custom: np.ndarray, steps: np.n
         numerical_t /= 2 * h
         tolerance_t = np.abs(plus)
         tolerance_t += np.abs(minus)
-        tolerance_t *= 10 * np.finfo(evaluations.dtype).eps / (2 * h)  # the rounding of the differences
+        tolerance_t *= 10 * np.finfo(plus.dtype).eps / (2 * h)  # the rounding of the differences
         tolerance_t += rtol * np.maximum(np.abs(custom_t), np.abs(numerical_t))
         tolerance_t += atol
         error_t = np.subtract(custom_t, numerical_t)

@@ -16,7 +16,6 @@ from gradmagic.checking import surrogate
 from gradmagic.checking.differences import (
     Axis,
     central_differences,
-    central_points,
     judge,
     relative_step,
     steps_for,
@@ -52,16 +51,16 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     dtype = str(z.dtype)
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
-    evaluations = adapter.evaluate(target, layout, central_points(z, steps))
+    plus, minus = adapter.evaluate(target, layout, np.diag(steps), signs=(1.0, -1.0))
     precise = jacobians(run, layout)
     own = precise if layout is run.layout else jacobians(run, run.layout)
     custom = precise.custom[0]
     autodiff = None if precise.autodiff is None else precise.autodiff[0]
 
     n = z.size
-    center, plus, minus = evaluations[0], evaluations[1 : n + 1], evaluations[n + 1 :]
+    center = precise.outputs[0]
     h = steps[:, None]
-    numerical_t, tolerance_t, error_t = central_differences(evaluations, custom, steps, rtol, atol)
+    numerical_t, tolerance_t, error_t = central_differences(plus, minus, custom, steps, rtol, atol)
     with np.errstate(all="ignore"):
         # One-sided slopes differ by |f(z+h) + f(z-h) - 2 f(z)| / h: h * f'' when smooth, the slope jump at a kink.
         jump_t = np.add(plus, minus)
@@ -127,12 +126,12 @@ def _kinks(run: CheckRun, layout: Layout, z, steps, center, plus, minus, candida
         return kinks
     half = np.zeros((candidates.size, z.size), z.dtype)
     half[np.arange(candidates.size), candidates] = steps[candidates] / 2
-    halves = run.adapter.evaluate(run.target, layout, np.concatenate([z + half, z - half]))
+    half_plus, half_minus = run.adapter.evaluate(run.target, layout, half, signs=(1.0, -1.0))
     for position, column in enumerate(candidates):
         step = steps[column]
         forward_side, backward_side = (plus[column] - center) / step, (center - minus[column]) / step
         jump = np.abs(forward_side - backward_side)
-        half_jump = np.abs((halves[position] - 2 * center + halves[candidates.size + position]) / (step / 2))
+        half_jump = np.abs((half_plus[position] - 2 * center + half_minus[position]) / (step / 2))
         kink_tolerance = tolerance_t[column] + KINK_FRACTION * (np.abs(forward_side) + np.abs(backward_side))
         kinks[column] = bool(np.any((jump > kink_tolerance) & (half_jump > 0.75 * jump)))
     return kinks

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradmagic.checking import surrogate
-from gradmagic.checking.differences import Axis, machine_epsilon, steps_for, tolerances
+from gradmagic.checking.differences import Axis, aligned_empty, machine_epsilon, steps_for, tolerances
 from gradmagic.checking.findings import LISTED
 from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Layout
@@ -60,7 +60,7 @@ CALL_ELEMENTS = 2**23
 class Projections:
     """Measurements along directions d_t, for the prober's upstream vector u and custom gradient g."""
 
-    differences: np.ndarray  # [T]: u . (f(z + d_t) - f(z - d_t)) / 2, central differences of u . f along d_t
+    differences: np.ndarray  # [T]: (u . f(z + d_t) - u . f(z - d_t)) / 2, central differences of u . f along d_t
     rounding: np.ndarray  # [T]: eps * sum |u * f(z)|: the worst-case rounding of the above
     rounding_rms: np.ndarray  # [T]: eps * sqrt(sum (u * f(z))^2): the typical size of independent roundings
     predicted: np.ndarray  # [T]: g . d_t, what the custom gradient predicts
@@ -79,12 +79,14 @@ class Prober:
     def __init__(self, run: CheckRun, layout: Layout, steps: np.ndarray, signs: np.ndarray):
         self.run, self.layout, self.steps, self.signs = run, layout, steps, signs
         self.z = run.z(layout)
-        self.upstream_vector = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
-        self.upstream_vector = self.upstream_vector.astype(self.z.dtype)
+        upstream = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
+        self.upstream_vector = upstream.astype(self.z.dtype)
         vjps = run.adapter.vjps(run.target, layout, self.z[None], self.upstream_vector[None])
         self.custom = vjps.custom[0, 0]
         self.autodiff = None if vjps.autodiff is None else vjps.autodiff[0, 0]
-        self._rounding: tuple[float, float] | None = None
+        # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
+        terms = machine_epsilon(str(self.z.dtype)) * np.abs(self.upstream_vector * vjps.outputs[0])
+        self.rounding = (float(terms.sum()), float(np.sqrt(np.square(terms).sum())))
 
     def direction(self, row: int, element: int) -> float:
         """The value of probe `row`'s direction at `element`: its sign times its step."""
@@ -98,24 +100,19 @@ class Prober:
         """
         count = len(rows)
         differences, predicted, magnitude = np.empty(count), np.empty(count), np.empty(count)
-        batch = max(1, CALL_ELEMENTS // max(1, 2 * self.z.size))
+        batch = max(1, CALL_ELEMENTS // max(1, self.z.size))
         for start in range(0, count, batch):
             part = slice(start, start + batch)
-            directions = np.asarray(weights[part], self.z.dtype) * self.signs[rows[part]] * self.steps
-            values = self.run.adapter.evaluate(
-                self.run.target, self.layout, np.concatenate([self.z + directions, self.z - directions])
+            directions = aligned_empty((len(rows[part]), self.z.size), self.z.dtype)
+            np.multiply(self.signs[rows[part]], self.steps, out=directions)
+            directions *= np.asarray(weights[part], self.z.dtype)
+            plus, minus = self.run.adapter.evaluate(
+                self.run.target, self.layout, directions, self.upstream_vector, signs=(1.0, -1.0)
             )
-            differences[part] = (values[: len(directions)] - values[len(directions) :]) @ self.upstream_vector / 2
-            contributions = directions * self.custom
-            predicted[part] = contributions.sum(axis=1)
-            magnitude[part] = np.abs(contributions).sum(axis=1)
-        worst = typical = np.nan
-        if rounding:  # the rounding of f(z +- d) is that of f(z): measured once, at the centre
-            if self._rounding is None:
-                center = self.run.adapter.evaluate(self.run.target, self.layout, self.z[None])[0]
-                terms = machine_epsilon(str(self.z.dtype)) * np.abs(self.upstream_vector * center)
-                self._rounding = (float(terms.sum()), float(np.sqrt(np.square(terms).sum())))
-            worst, typical = self._rounding
+            differences[part] = (plus - minus) / 2
+            predicted[part] = directions @ self.custom
+            magnitude[part] = np.abs(directions, out=directions) @ np.abs(self.custom)
+        worst, typical = self.rounding if rounding else (np.nan, np.nan)
         return Projections(differences, np.full(count, worst), np.full(count, typical), predicted, magnitude)
 
 

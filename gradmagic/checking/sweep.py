@@ -53,9 +53,9 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
     z_precise = run.z(precise)
     centres = points.astype(z_precise.dtype)
     steps = step_sizes(centres, relative_step(str(z_precise.dtype), options.eps))
-    shifted = np.repeat(z_precise[None], 2 * points.size, axis=0)
-    shifted[:, column] = np.concatenate([centres + steps, centres - steps])
-    evaluations = run.adapter.evaluate(run.target, precise, shifted)[:, row]
+    shifted = np.zeros((2 * points.size, z_precise.size), z_precise.dtype)
+    shifted[:, column] = np.concatenate([centres + steps, centres - steps]) - z_precise[column]
+    evaluations = run.adapter.evaluate(run.target, precise, shifted)[0, :, row]
     with np.errstate(all="ignore"):
         numerical = (evaluations[: points.size] - evaluations[points.size :]) / (2 * steps)
 

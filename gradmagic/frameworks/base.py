@@ -287,10 +287,18 @@ class Adapter(abc.ABC):
         return grad_fn(*args, **kwargs)
 
     @abc.abstractmethod
-    def evaluate(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
-        """[P, M]: the forward alone (`target.raw`, no custom gradient) at each row of `points` ([P, N] values of
-        z), its floating outputs flattened in z's dtype, in one compiled call. Each point sets the variables from
-        its tail; they are put back after."""
+    def evaluate(
+        self,
+        target: Target,
+        layout: Layout,
+        offsets: np.ndarray,
+        upstream: np.ndarray | None = None,
+        signs: tuple[float, ...] = (1.0,),
+    ) -> np.ndarray:
+        """The forward alone (`target.forward`, no custom gradient) at the layout's example point z displaced by each
+        row of `offsets` ([P, N]) times each of `signs`, in one compiled call: [S, P, M], the floating outputs
+        flattened in z's dtype; with `upstream` ([M]), each contracted with it: [S, P], so that millions of outputs
+        need not come back. A point sets the variables from its tail; they are put back after."""
 
     @abc.abstractmethod
     def vjps(

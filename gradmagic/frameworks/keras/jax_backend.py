@@ -119,17 +119,23 @@ class KerasJaxAdapter(KerasAdapter):
             result = type(result)([result[0], WithX64(result[1])])
         return ForwardRun(result, variables, wide and _narrows_float64(call))
 
-    def evaluate(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
+    def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
         refuse_variables(layout, "JAX")
 
-        def compute(perturbed, points):
+        def compute(perturbed, offsets, *upstream):
             forward = on_z(layout, perturbed)(target.forward)
-            outputs = jax.eval_shape(forward, points[0]).shape[0]
-            return _map_rows(forward, points, points.shape[1] + outputs)
+            z = jnp.concatenate([jnp.ravel(leaf).astype(offsets.dtype) for leaf in perturbed])
+            outputs = jax.eval_shape(forward, z).shape[0]
 
-        with x64(needs_x64(*layout.inputs, points)):
-            compiled = self._compiled(target, layout, "evaluate", compute)
-            return np.asarray(compiled(layout.perturbed, _padded(points)))[: len(points)]
+            def at(offset):
+                return forward(z + offset) @ upstream[0] if upstream else forward(z + offset)
+
+            return jnp.stack([_map_rows(at, sign * offsets, z.size + outputs) for sign in signs])
+
+        extra = [upstream.astype(offsets.dtype)] if upstream is not None else []
+        with x64(needs_x64(*layout.inputs, offsets)):
+            compiled = self._compiled(target, layout, f"evaluate/{upstream is not None}/{tuple(signs)}", compute)
+            return np.asarray(compiled(layout.perturbed, _padded(offsets), *extra))[:, : len(offsets)]
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         refuse_variables(layout, "JAX")

@@ -113,10 +113,15 @@ class KerasTorchAdapter(KerasAdapter):
         variables = [v for v in reads.variables if not any(v is other for other in exclude)]
         return ForwardRun(result, variables, wide and watch.narrowed)
 
-    def evaluate(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
+    def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
         refuse_variables(layout, "PyTorch")
-        z = torch.as_tensor(points)
-        return OnZ(target, layout, z.dtype).evaluate(z).numpy()
+        on_z = OnZ(target, layout, np.dtype(offsets.dtype))
+        z = torch.cat([leaf.reshape(-1).to(on_z.dtype) for leaf in layout.perturbed])
+        displaced = torch.as_tensor(offsets)
+        evaluations = torch.stack([on_z.evaluate(z + sign * displaced) for sign in signs])
+        if upstream is not None:
+            evaluations = evaluations @ torch.as_tensor(upstream, dtype=on_z.dtype)
+        return evaluations.numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         refuse_variables(layout, "PyTorch")

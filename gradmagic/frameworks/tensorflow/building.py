@@ -40,6 +40,12 @@ def z_dtype(layout: Layout, inputs: list) -> tf.DType:
     return tf.float64 if tf.float64 in dtypes else (dtypes[0] if dtypes else tf.float32)
 
 
+def z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:
+    """z: the perturbable inputs then the variables (their current values), flattened, in `dtype`."""
+    parts = [tf.reshape(tf.cast(part, dtype), [-1]) for part in sources(layout, inputs)]
+    return tf.concat(parts, axis=0) if parts else tf.zeros([0], dtype)
+
+
 def input_leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> tuple[list, int]:
     """The input leaves at the point z, and where z's tail (the variables) starts."""
     leaves = list(inputs)

@@ -115,14 +115,23 @@ class TensorFlowAdapter(Adapter):
             result = call()
         return ForwardRun(result, [v for v in tape.watched_variables() if not any(v is other for other in exclude)])
 
-    def evaluate(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
-        def compute(inputs, points):
-            return _map(layout, lambda point: _forward_at(target, layout, inputs, point), points)
+    def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
+        def compute(inputs, offsets, *upstream):
+            z = building.z_vector(layout, inputs, offsets.dtype)
 
-        signature = [_specs(layout.inputs), tf.TensorSpec([None, points.shape[1]], points.dtype)]
-        compiled = self._compiled(target, layout, "evaluate", compute, signature)
+            def at(offset):
+                outputs = _forward_at(target, layout, inputs, z + offset)
+                return tf.tensordot(outputs, upstream[0], 1) if upstream else outputs
+
+            return tf.stack([_map(layout, at, sign * offsets) for sign in signs])
+
+        signature = [_specs(layout.inputs), tf.TensorSpec([None, offsets.shape[1]], offsets.dtype)]
+        signature += [tf.TensorSpec([None], offsets.dtype)] if upstream is not None else []
+        kind = f"evaluate/{upstream is not None}/{tuple(signs)}"
+        compiled = self._compiled(target, layout, kind, compute, signature)
+        extra = [_tensor(upstream.astype(offsets.dtype, copy=False))] if upstream is not None else []
         with _VariablesRestored(layout):
-            return compiled(list(layout.inputs), tf.constant(points)).numpy()
+            return compiled(list(layout.inputs), _tensor(offsets), *extra).numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         one_point, count = len(points) == 1, len(upstreams)
@@ -151,7 +160,9 @@ class TensorFlowAdapter(Adapter):
         kind = f"vjps/{one_point}/{min(count, 2)}/{autodiff}/{jacobian}"
         compiled = self._compiled(target, layout, kind, compute, signature)
         with _VariablesRestored(layout):
-            results = compiled(list(layout.inputs), tf.constant(points), tf.constant(upstreams, dtype))
+            results = compiled(
+                list(layout.inputs), _tensor(points), _tensor(upstreams.astype(points.dtype, copy=False))
+            )
         return Vjps(results[0].numpy(), results[1].numpy(), unless_all_nan(results[2].numpy()) if autodiff else None)
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
@@ -248,6 +259,21 @@ class KerasTensorFlowAdapter(TensorFlowAdapter):
 
 def _specs(tensors) -> list:
     return [tf.TensorSpec(t.shape, t.dtype) for t in tensors]
+
+
+#: Arrays from this size on reach TensorFlow without a copy (DLPack); a copy of millions of points costs more than
+#: the forward on them.
+_SHARED_BYTES = 1 << 20
+
+
+#: TensorFlow's tensors start on this boundary (Eigen's alignment); one that does not would abort the process.
+_ALIGNMENT = 64
+
+
+def _tensor(array: np.ndarray) -> tf.Tensor:
+    """`array` as a TensorFlow tensor; a large, aligned, C-contiguous one shares its memory instead of a copy."""
+    shared = array.nbytes >= _SHARED_BYTES and array.flags.c_contiguous and array.ctypes.data % _ALIGNMENT == 0
+    return tf.experimental.dlpack.from_dlpack(array.__dlpack__()) if shared else tf.constant(array)
 
 
 def _outputs_and_vjps(

@@ -118,16 +118,27 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         self._here.evaluate([t for t in tf.nest.flatten(returned) if isinstance(t, tf.Tensor)])
         return returned
 
-    def evaluate(self, target: Target, layout: Layout, points: np.ndarray) -> np.ndarray:
-        z = self._z(layout, points.dtype)
+    def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
+        z = self._z(layout, offsets.dtype)
+        contracted = upstream is not None
 
         def build():
-            at = tf.compat.v1.placeholder(points.dtype, [z.size], name="z")
-            rows = tf.compat.v1.placeholder(points.dtype, [None, z.size], name="points")
-            return (at, rows), _along(layout, list(layout.inputs), rows, at, _forward(target, layout))
+            at = tf.compat.v1.placeholder(offsets.dtype, [z.size], name="z")
+            rows = tf.compat.v1.placeholder(offsets.dtype, [None, z.size], name="offsets")
+            vector = tf.compat.v1.placeholder(offsets.dtype, [None], name="upstream")
+            forward = _forward(target, layout)
 
-        (at, rows), evaluations = self._here.built(("evaluate", str(points.dtype)), layout, build)
-        return self._here.run(evaluations, {at: z, rows: points}, perturbs=layout.variables)
+            def evaluate(leaves: list) -> tf.Tensor:
+                return tf.tensordot(forward(leaves), vector, 1) if contracted else forward(leaves)
+
+            inputs = list(layout.inputs)
+            results = [_along(layout, inputs, at[None] + sign * rows, at, evaluate) for sign in signs]
+            return (at, rows, vector), tf.stack(results)
+
+        kind = ("evaluate", str(offsets.dtype), contracted, tuple(signs))
+        (at, rows, vector), evaluations = self._here.built(kind, layout, build)
+        feeds = {at: z, rows: offsets, **({vector: upstream} if contracted else {})}
+        return self._here.run(evaluations, feeds, perturbs=layout.variables)
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         z = self._z(layout, points.dtype)
