@@ -37,8 +37,9 @@ def log1pexp(x):
 """
 
 PLAIN_WIDGET = """import ipywidgets
+from gradmagic.notebook.display import report_bundle
 report = gradmagic.check(log1pexp, tf.constant([-5., 0., 100.]))
-bundle = report._repr_mimebundle_()
+bundle = report_bundle(report)
 ipywidgets.VBox([ipywidgets.HTML(bundle["text/html"]), ipywidgets.Image(value=bundle["image/png"])])
 """
 
@@ -47,7 +48,7 @@ WIDGETS = "import ipywidgets; print(len(ipywidgets.widgets.widget._instances))"
 
 DISPLAY_COST = """
 import time
-from gradmagic.live import mimebundle
+from gradmagic.notebook.display import report_bundle
 from gradmagic.render import figures
 x = tf.constant([-5., 0., 100.])
 checks, displays = [], []
@@ -56,10 +57,10 @@ for _ in range(10):
     report = gradmagic.check(log1pexp, x)
     checks.append(time.perf_counter() - start)
     start = time.perf_counter()
-    mimebundle(report)
+    report_bundle(report)
     displays.append(time.perf_counter() - start)
 checks.sort(); displays.sort()
-print(checks[5], displays[5], sum(len(v) if isinstance(v, (str, bytes)) else 0 for v in mimebundle(report).values()))
+print(checks[5], displays[5], sum(len(v) if isinstance(v, (str, bytes)) else 0 for v in report_bundle(report).values()))
 """
 
 

@@ -131,8 +131,10 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
             def evaluate(leaves: list) -> tf.Tensor:
                 return tf.tensordot(forward(leaves), vector, 1) if contracted else forward(leaves)
 
-            inputs = list(layout.inputs)
-            results = [_along(layout, inputs, at[None] + sign * rows, at, evaluate) for sign in signs]
+            inputs, results = list(layout.inputs), []
+            for sign in signs:  # one sign's points after the other's: both assign the variables
+                with tf.control_dependencies(results[-1:]):
+                    results.append(_along(layout, inputs, at[None] + sign * rows, at, evaluate))
             return (at, rows, vector), tf.stack(results)
 
         kind = ("evaluate", str(offsets.dtype), contracted, tuple(signs))
