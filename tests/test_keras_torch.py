@@ -7,7 +7,6 @@ so every check here runs in a fresh Python with KERAS_BACKEND=torch
 
 import textwrap
 
-import numpy as np
 import pytest
 from backend_process import check_in_backend, run_in_backend
 from conftest import codes, problem
