@@ -1,7 +1,7 @@
 """The check engine: `check(op, args, kwargs, options)` turns a custom gradient into a `Report`.
 
-A check is a sequence of named phases, each in its own module, passing one
-`CheckRun` along (as `torch.autograd.gradcheck` calls its checks in turn):
+`check` (`engine.py`) is a sequence of named phases, each in its own module, passing
+one `CheckRun` along (as `torch.autograd.gradcheck` calls its checks in turn):
 
 1. inputs (`arguments.py`): the example inputs as tensors, named;
 2. structure (`structure.py`): the forward and the gradient function called
@@ -20,153 +20,17 @@ primitives (`frameworks.base.Adapter`). `check` never raises because the
 user's op is broken: every failure becomes a problem in the report.
 """
 
-from __future__ import annotations
-
-from typing import Callable
-
-from gradmagic.checking import precision, surrogate
-from gradmagic.checking.arguments import lay_out, prepare_inputs
-from gradmagic.checking.compiled import compare_compiled
-from gradmagic.checking.findings import Findings
-from gradmagic.checking.full import compare_full
-from gradmagic.checking.graph import build_graph
-from gradmagic.checking.options import CheckOptions
-from gradmagic.checking.projection import compare_projected
-from gradmagic.checking.run import CheckRun
-from gradmagic.checking.second_order import compare_second_order
-from gradmagic.checking.structure import check_structure
-from gradmagic.checking.sweep import sweep_along
-from gradmagic.frameworks import get_adapter
-from gradmagic.frameworks.base import Layout
-from gradmagic.report import Numerics, Report
-
 __all__ = ["CheckOptions", "check"]
 
 
-def check(
-    op: Callable,
-    args: tuple,
-    kwargs: dict | None = None,
-    options: CheckOptions | None = None,
-    progress: Callable[[float, str], None] | None = None,
-    name_source: Callable[[str | None], str | None] | None = None,
-) -> Report:
-    """Check the custom gradient of `op` at the example inputs `args` (and keyword arguments `kwargs`).
+def __getattr__(name):
+    # The engine is imported when a check first runs: `CheckOptions` alone (the magics' defaults) stays light.
+    if name == "check":
+        from gradmagic.checking.engine import check
 
-    `progress`, if given, is called with the fraction done (0 to 1) and the
-    phase starting; `name_source` turns the op's file name into what the user
-    calls it ("Cell In[3]").
-    """
-    options = options or CheckOptions()
-    adapter = get_adapter(options.framework)
-    target = adapter.resolve(op)
-    source = name_source(target.filename) if name_source else target.filename
-    findings = Findings(target.name, adapter.wording, source)
-    with adapter.check_scope(target):  # graph mode: the check builds and runs in a graph and session of the op's own
-        run = CheckRun(adapter, target, options, findings, progress or (lambda fraction, phase: None))
-        with run.phase("structure", 0.0, timing="structure"):
-            prepare_inputs(run, args, dict(kwargs or {}))
-            if run.inputs is not None:
-                check_structure(run)
-        if run.trial is None or run.failed:
-            return run.report()
-        lay_out(run)
-        if options.tf_function:
-            with run.phase(adapter.compiled, 0.15, timing="tf_function"):
-                compare_compiled(run)
-        if options.graph and not run.failed:
-            with run.phase("graph", 0.3, timing="graph"):
-                trace_graph(run)
-        if options.numbers and not run.failed:
-            with run.phase("finite differences", 0.45, timing="numerics"):
-                compare_numbers(run)
-        return run.report()
+        return check
+    if name == "CheckOptions":
+        from gradmagic.checking.options import CheckOptions
 
-
-def trace_graph(run: CheckRun) -> None:
-    """The forward and backward of the op, traced at the example inputs (see graph.py)."""
-    inputs, trial = run.inputs, run.trial
-    perturbed = [inputs.names[k] for k in run.layout.perturbable] + trial.variable_names
-    arguments = [("input", name) for name in inputs.names] + [("upstream", f"d{name}") for name in trial.output_names]
-    try:
-        run.raw_graph = run.adapter.gradient_graph(run.target, run.layout, trial.upstreams, arguments)
-    except Exception as error:  # the op traced in a graph: its failures are reported elsewhere; the graph is a view
-        run.findings.add(
-            "graph-unavailable",
-            "info",
-            f"The gradient graph could not be traced: {type(error).__name__}: {run.findings.wording.cause(error)}",
-        )
-        return
-    run.forward_ops = surrogate.forward_ops(run.raw_graph)
-    run.graph = build_graph(
-        run.raw_graph, trial.output_names, [f"d{name}" for name in perturbed], fold=run.options.fold_graph
-    )
-
-
-def compare_numbers(run: CheckRun) -> None:
-    """Finite differences against the custom gradient (full or projection mode), the second order, the sweep."""
-    options, findings = run.options, run.findings
-    if not run.columns.size:
-        run.numerics = Numerics(mode="skipped", skipped_because="no floating input or variable to perturb")
-        return
-    if not run.rows.size:
-        run.numerics = Numerics(mode="skipped", skipped_because="no floating output")
-        return
-    elements = run.columns.size
-    full = elements <= options.full_threshold
-    if not full and options.order == 2:
-        findings.add(
-            "second-order-skipped",
-            "info",
-            f"The second-order check runs with dense Jacobians, up to full_threshold = "
-            f"{options.full_threshold} elements; this op has {elements}. Check it at smaller inputs.",
-        )
-    try:
-        precise = _compare_in_best_precision(run, full)
-    except Exception as error:  # the op failing at perturbed inputs, or inside a compiled function
-        findings.add(
-            "fd-error",
-            "error",
-            f"Evaluating `{findings.name}` for the finite differences (at inputs perturbed by a tiny step, "
-            f"{findings.wording.compiled}) raised {type(error).__name__}: {findings.wording.cause(error)}",
-        )
-        run.numerics = Numerics(mode="skipped", skipped_because="the op failed at perturbed inputs")
-        return
-    if full and options.sweep:
-        with run.phase("sweep", 0.85):
-            try:
-                run.sweep = sweep_along(run, precise)
-            except Exception as error:  # the op failing away from the example point: the sweep is a view, say why
-                findings.add(
-                    "sweep-unavailable",
-                    "info",
-                    f"The sweep could not be computed: {type(error).__name__}: {findings.wording.cause(error)}",
-                )
-
-
-def _compare_in_best_precision(run: CheckRun, full: bool) -> Layout:
-    """The comparison in float64 where the op accepts it, else in its own precision; the layout it ran in."""
-    precise = precision.in_float64(run) if run.options.float64 else run.layout
-    problems = len(run.findings.problems)
-    try:
-        _compare(run, precise, full)
-    except Exception:
-        if precise is run.layout:
-            raise
-        # The forward accepted float64 but the gradient function did not (e.g. it mixes in float32 constants):
-        # compare in the op's own precision.
-        del run.findings.problems[problems:]
-        precision.refuse_float64(run)
-        precise = run.layout
-        _compare(run, precise, full)
-    return precise
-
-
-def _compare(run: CheckRun, layout: Layout, full: bool) -> None:
-    if not full:
-        run.numerics = compare_projected(run, layout)
-        return
-    run.numerics = compare_full(run, layout)
-    if run.options.order == 2:
-        with run.phase("second order", 0.7):
-            compare_second_order(run, layout)
+        return CheckOptions
+    raise AttributeError(f"module 'gradmagic.checking' has no attribute {name!r}")

@@ -79,6 +79,7 @@ class Prober:
     def __init__(self, run: CheckRun, layout: Layout, steps: np.ndarray, signs: np.ndarray):
         self.run, self.layout, self.steps, self.signs = run, layout, steps, signs
         self.z = run.z(layout)
+        self.signed_steps = np.multiply(signs, steps, dtype=self.z.dtype)  # each probe's direction at weight 1
         upstream = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
         self.upstream_vector = upstream.astype(self.z.dtype)
         vjps = run.adapter.vjps(run.target, layout, self.z[None], self.upstream_vector[None])
@@ -104,8 +105,8 @@ class Prober:
         for start in range(0, count, batch):
             part = slice(start, start + batch)
             directions = aligned_empty((len(rows[part]), self.z.size), self.z.dtype)
-            np.multiply(self.signs[rows[part]], self.steps, out=directions)
-            directions *= np.asarray(weights[part], self.z.dtype)
+            for direction, row, weight in zip(directions, rows[part], weights[part]):
+                np.multiply(self.signed_steps[row], weight, out=direction)
             plus, minus = self.run.adapter.evaluate(
                 self.run.target, self.layout, directions, self.upstream_vector, signs=(1.0, -1.0)
             )

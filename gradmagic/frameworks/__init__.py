@@ -17,9 +17,12 @@ import importlib
 import sys
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from gradmagic.errors import FrameworkUnavailable
-from gradmagic.frameworks.base import Adapter
+
+if TYPE_CHECKING:  # the interface's module imports NumPy: not at `%load_ext gradmagic`
+    from gradmagic.frameworks.base import Adapter
 
 #: Names accepted by `get_adapter` (and `%config GradientMagics.framework`).
 NAMES = ("tensorflow", "keras")

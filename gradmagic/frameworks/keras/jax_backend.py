@@ -122,7 +122,7 @@ class KerasJaxAdapter(KerasAdapter):
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
         refuse_variables(layout, "JAX")
 
-        def compute(perturbed, offsets, *upstream):
+        def compute(perturbed, offsets, signs, *upstream):
             forward = on_z(layout, perturbed)(target.forward)
             z = jnp.concatenate([jnp.ravel(leaf).astype(offsets.dtype) for leaf in perturbed])
             outputs = jax.eval_shape(forward, z).shape[0]
@@ -130,12 +130,15 @@ class KerasJaxAdapter(KerasAdapter):
             def at(offset):
                 return forward(z + offset) @ upstream[0] if upstream else forward(z + offset)
 
-            return jnp.stack([_map_rows(at, sign * offsets, z.size + outputs) for sign in signs])
+            displaced = (signs[:, None, None] * offsets[None]).reshape(-1, offsets.shape[1])
+            results = _map_rows(at, displaced, z.size + outputs)
+            return results.reshape(signs.size, offsets.shape[0], *results.shape[1:])
 
         extra = [upstream.astype(offsets.dtype)] if upstream is not None else []
         with x64(needs_x64(*layout.inputs, offsets)):
-            compiled = self._compiled(target, layout, f"evaluate/{upstream is not None}/{tuple(signs)}", compute)
-            return np.asarray(compiled(layout.perturbed, _padded(offsets), *extra))[:, : len(offsets)]
+            compiled = self._compiled(target, layout, f"evaluate/{upstream is not None}", compute)
+            values = compiled(layout.perturbed, _padded(offsets), np.asarray(signs, offsets.dtype), *extra)
+            return np.asarray(values)[:, : len(offsets)]
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         refuse_variables(layout, "JAX")

@@ -46,13 +46,19 @@ def z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:
     return tf.concat(parts, axis=0) if parts else tf.zeros([0], dtype)
 
 
+def displaced(offsets: tf.Tensor, signs: tf.Tensor) -> tf.Tensor:
+    """[S * P, N]: each offset row times each sign, the signs' blocks one after the other."""
+    return tf.reshape(signs[:, None, None] * offsets[None], [-1, tf.shape(offsets)[1]])
+
+
 def input_leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> tuple[list, int]:
     """The input leaves at the point z, and where z's tail (the variables) starts."""
     leaves = list(inputs)
     offset = 0
     for k in layout.perturbable:
         size = int(np.prod(inputs[k].shape))
-        leaves[k] = tf.cast(tf.reshape(z[offset : offset + size], inputs[k].shape), inputs[k].dtype)
+        part = z if size == z.shape[0] else z[offset : offset + size]  # one input and no variable: all of z
+        leaves[k] = tf.cast(tf.reshape(part, inputs[k].shape), inputs[k].dtype)
         offset += size
     return leaves, offset
 

@@ -116,22 +116,25 @@ class TensorFlowAdapter(Adapter):
         return ForwardRun(result, [v for v in tape.watched_variables() if not any(v is other for other in exclude)])
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
-        def compute(inputs, offsets, *upstream):
+        def compute(inputs, offsets, signs, *upstream):
             z = building.z_vector(layout, inputs, offsets.dtype)
 
             def at(offset):
                 outputs = _forward_at(target, layout, inputs, z + offset)
                 return tf.tensordot(outputs, upstream[0], 1) if upstream else outputs
 
-            return tf.stack([_map(layout, at, sign * offsets) for sign in signs])
+            # A loop over the signs (one or two), each sign's points at once (one after the other when they are large,
+            # which keeps each in the caches): no S x P x N block of points.
+            vectorize = (offsets.shape[1] or 0) <= _LARGE_POINTS
+            return tf.map_fn(lambda sign: _map(layout, at, sign * offsets, vectorize=vectorize), signs)
 
         signature = [_specs(layout.inputs), tf.TensorSpec([None, offsets.shape[1]], offsets.dtype)]
-        signature += [tf.TensorSpec([None], offsets.dtype)] if upstream is not None else []
-        kind = f"evaluate/{upstream is not None}/{tuple(signs)}"
-        compiled = self._compiled(target, layout, kind, compute, signature)
+        signature += [tf.TensorSpec([None], offsets.dtype)] * (2 if upstream is not None else 1)
+        compiled = self._compiled(target, layout, f"evaluate/{upstream is not None}", compute, signature)
         extra = [_tensor(upstream.astype(offsets.dtype, copy=False))] if upstream is not None else []
         with _VariablesRestored(layout):
-            return compiled(list(layout.inputs), _tensor(offsets), *extra).numpy()
+            values = compiled(list(layout.inputs), _tensor(offsets), tf.constant(signs, offsets.dtype), *extra)
+            return values.numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         one_point, count = len(points) == 1, len(upstreams)
@@ -322,6 +325,10 @@ def _leaves_at(layout: Layout, inputs: list, z: tf.Tensor) -> list:
 def _forward_at(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> tf.Tensor:
     """The raw forward at the point z, flattened, in z's dtype."""
     return building.flat_outputs(building.call(target.forward, layout, _leaves_at(layout, inputs, z)), z.dtype)
+
+
+#: Points of more elements than this are evaluated one after the other: each is work enough for both cores.
+_LARGE_POINTS = 1 << 16
 
 
 def _map(layout: Layout, function: Callable, points: tf.Tensor, results: int = 1, vectorize: bool = True) -> Any:

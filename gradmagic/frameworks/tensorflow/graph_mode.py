@@ -125,21 +125,22 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         def build():
             at = tf.compat.v1.placeholder(offsets.dtype, [z.size], name="z")
             rows = tf.compat.v1.placeholder(offsets.dtype, [None, z.size], name="offsets")
+            scales = tf.compat.v1.placeholder(offsets.dtype, [None], name="signs")
             vector = tf.compat.v1.placeholder(offsets.dtype, [None], name="upstream")
             forward = _forward(target, layout)
 
             def evaluate(leaves: list) -> tf.Tensor:
                 return tf.tensordot(forward(leaves), vector, 1) if contracted else forward(leaves)
 
-            inputs, results = list(layout.inputs), []
-            for sign in signs:  # one sign's points after the other's: both assign the variables
-                with tf.control_dependencies(results[-1:]):
-                    results.append(_along(layout, inputs, at[None] + sign * rows, at, evaluate))
-            return (at, rows, vector), tf.stack(results)
+            # One point after the other where they assign variables (see `_along`).
+            results = _along(layout, list(layout.inputs), at[None] + building.displaced(rows, scales), at, evaluate)
+            shape = tf.concat([[tf.size(scales), tf.shape(rows)[0]], tf.shape(results)[1:]], 0)
+            return (at, rows, scales, vector), tf.reshape(results, shape)
 
-        kind = ("evaluate", str(offsets.dtype), contracted, tuple(signs))
-        (at, rows, vector), evaluations = self._here.built(kind, layout, build)
-        feeds = {at: z, rows: offsets, **({vector: upstream} if contracted else {})}
+        kind = ("evaluate", str(offsets.dtype), contracted)
+        (at, rows, scales, vector), evaluations = self._here.built(kind, layout, build)
+        feeds = {at: z, rows: offsets, scales: np.asarray(signs, offsets.dtype)}
+        feeds.update({vector: upstream} if contracted else {})
         return self._here.run(evaluations, feeds, perturbs=layout.variables)
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
