@@ -19,7 +19,7 @@ from typing import Any
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -299,11 +299,15 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """ "fail" with an error; "surrogate" when a declared surrogate gradient differs from the true derivative
-        (`surrogate-differs`); "warn" with a warning; else "pass"."""
+        """ "fail" with an error; "unchecked" when no gradient value could be compared (`numerics.skipped_because`
+        says why: no floating input, complex inputs, finite differences NaN everywhere); "surrogate" when a declared
+        surrogate gradient differs from the true derivative (`surrogate-differs`, `surrogate-nonlinear`); "warn"
+        with a warning; else "pass"."""
         if not self.ok:
             return "fail"
-        if any(problem.code == "surrogate-differs" for problem in self.problems):
+        if self.numerics.mode == "skipped":
+            return "unchecked"
+        if any(problem.code in ("surrogate-differs", "surrogate-nonlinear") for problem in self.problems):
             return "surrogate"
         return "warn" if any(problem.severity == "warning" for problem in self.problems) else "pass"
 

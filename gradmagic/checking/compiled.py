@@ -1,31 +1,31 @@
-"""The op eagerly against its compiled form: the decorated op through the framework's own gradient machinery,
-compiled where the framework compiles (`tf.function`, `jax.jit`, a `tf.compat.v1` Session, Keras's
-`torch.autograd.Function`), against what the structure checks' direct call of the forward and the gradient
-function returned.
-
-In full mode the same call also takes every row of the Jacobian at the op's own precision, which the numbers
-phase reuses: one compiled call instead of two.
+"""The op's gradient as the framework takes it, compiled (`tf.function`, `jax.jit`, a `tf.compat.v1` Session, Keras's
+`torch.autograd.Function`), in one call at the example point in the op's own precision: against what the
+structure checks' direct call of the forward and the gradient function returned, and for linearity in the upstream
+gradient (`linearity.py`). In full mode the same call takes every row of the Jacobian, which the numbers phase
+reuses.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gradmagic.checking.run import CheckRun, flat_upstream
+from gradmagic.checking import linearity
+from gradmagic.checking.run import CheckRun, OwnPrecision, flat_upstream
+from gradmagic.report import Surrogate, element_label
 
 
-def compare_compiled(run: CheckRun) -> None:
-    """`graph-mismatch` when taking the gradient compiled fails, or gives other outputs or gradients."""
-    adapter, trial, layout, findings = run.adapter, run.trial, run.layout, run.findings
-    if not run.rows.size or not run.columns.size:  # nothing to differentiate: the numbers phase says so
-        return
-    wording = findings.wording
+def take_own_precision(run: CheckRun) -> bool:
+    """The one own-precision call, kept in `run.own_precision`; `graph-mismatch` (False) when it fails."""
+    adapter, layout, findings = run.adapter, run.layout, run.findings
     z = run.z(layout)
-    upstream = flat_upstream(run, z.dtype)
+    rows = np.concatenate(
+        [flat_upstream(run, z.dtype)[None], linearity.probes(run.rows.size, run.options.seed, z.dtype)]
+    )
     full = run.options.numbers and run.columns.size <= run.options.full_threshold
     try:
-        vjps = adapter.vjps(run.target, layout, z[None], upstream[None], jacobian=full)
+        run.own_precision = OwnPrecision(adapter.vjps(run.target, layout, z[None], rows, jacobian=full))
     except Exception as error:  # the framework's own error about the user's op
+        wording = findings.wording
         cause = wording.cause(error)
         findings.add(
             "graph-mismatch",
@@ -33,14 +33,19 @@ def compare_compiled(run: CheckRun) -> None:
             f"`{findings.name}` works {wording.direct} but taking its gradient {wording.compiled} fails: "
             f"{type(error).__name__}: {cause} {wording.compiled_failure_advice(cause)}".rstrip(),
         )
-        return
-    if full:
-        run.own_precision = vjps
+        return False
+    return True
+
+
+def compare_compiled(run: CheckRun) -> None:
+    """`graph-mismatch` when the compiled gradient gives other outputs or gradients than the direct call."""
+    adapter, trial, layout, findings = run.adapter, run.trial, run.layout, run.findings
+    wording = findings.wording
     eager_outputs = [output for output, meta in zip(trial.outputs, trial.output_metas) if meta.floating]
     eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
     for what, eager, compiled, axis in (
-        ("output", eager_outputs, vjps.outputs[0], run.rows),
-        ("gradient", eager_gradients, vjps.custom[0, 0], run.columns),
+        ("output", eager_outputs, run.own_precision.outputs, run.rows),
+        ("gradient", eager_gradients, run.own_precision.trial_gradient, run.columns),
     ):
         for position, (value, start, stop) in enumerate(zip(eager, axis.offsets, axis.offsets[1:])):
             in_graph = compiled[start:stop]
@@ -54,3 +59,56 @@ def compare_compiled(run: CheckRun) -> None:
                     "state or randomness in the op behaves differently when traced.",
                 )
                 return
+
+
+def check_linearity(run: CheckRun) -> None:
+    """`grad-nonlinear` when the custom gradient is not linear in the upstream gradient; for a declared surrogate,
+    `surrogate-nonlinear` (info)."""
+    found = run.linearity = linearity.judge(run.own_precision.probe_gradients)
+    if found.response in ("linear", None):
+        return
+    findings = run.findings
+    name, index = run.columns.label(found.worst)
+    clipping = found.response == "bounded"
+    a, b = linearity.A, linearity.B
+    sign = "-" if b < 0 else "+"
+    measured = (
+        f"grad({a:g} u1 {sign} {abs(b):g} u2) is {found.combined:.6g} at d{element_label(name, index)}, where "
+        f"{a:g} grad(u1) {sign} {abs(b):g} grad(u2) is {found.expected:.6g}"
+    )
+    if run.options.surrogate:
+        reason = "it clips or rescales the upstream gradient by its size" if clipping else "it transforms the upstream"
+        findings.surrogate = Surrogate(True, "gradient clipping" if clipping else None, reason)
+        findings.add(
+            "surrogate-nonlinear",
+            "info",
+            f"Declared surrogate gradient{' (gradient clipping)' if clipping else ''}: it is not linear in the "
+            f"upstream gradient ({measured}), so it is no derivative of any function, as intended: {reason}.",
+            input=name,
+            index=index,
+        )
+        return
+    if clipping:
+        reason = (
+            "the custom gradient is not linear in the upstream gradient, as every derivative is: it clips or rescales "
+            "the upstream gradient by its size (TensorFlow's own clip_gradients example does this with tf.clip_by_norm)"
+        )
+        findings.surrogate = Surrogate(False, "gradient clipping", reason)
+        advice = (
+            f" This looks like gradient clipping: {reason}. If that is intended, declare it with %%custom_gradient "
+            "--surrogate (or surrogate=True)."
+        )
+    else:
+        advice = (
+            " Every vector-Jacobian product is linear in the upstream gradient: multiply the upstream gradient by the "
+            "local derivative; do not square it, take its sign or norm, or add a term without it."
+        )
+    findings.add(
+        "grad-nonlinear",
+        "error",
+        f"The custom gradient is not linear in the upstream gradient: {measured} (relative deviation "
+        f"{found.deviation:.3g}). Full-Jacobian and projection checks, which use one-hot or single random upstream "
+        f"gradients, cannot see this.{advice}",
+        input=name,
+        index=index,
+    )

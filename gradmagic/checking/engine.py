@@ -7,7 +7,7 @@ from typing import Callable
 
 from gradmagic.checking import precision, surrogate
 from gradmagic.checking.arguments import lay_out, prepare_inputs
-from gradmagic.checking.compiled import compare_compiled
+from gradmagic.checking.compiled import check_linearity, compare_compiled, take_own_precision
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.full import compare_full
 from gradmagic.checking.graph import build_graph
@@ -50,9 +50,13 @@ def check(
         if run.trial is None or run.failed:
             return run.report()
         lay_out(run)
-        if options.tf_function:
+        if (options.tf_function or options.numbers) and run.rows.size and run.columns.size:
             with run.phase(adapter.compiled, 0.15, timing="tf_function"):
-                compare_compiled(run)
+                if take_own_precision(run):
+                    if options.tf_function:
+                        compare_compiled(run)
+                    if not run.failed:
+                        check_linearity(run)
         if options.graph and not run.failed:
             with run.phase("graph", 0.3, timing="graph"):
                 trace_graph(run)
@@ -85,11 +89,9 @@ def trace_graph(run: CheckRun) -> None:
 def compare_numbers(run: CheckRun) -> None:
     """Finite differences against the custom gradient (full or projection mode), the second order, the sweep."""
     options, findings = run.options, run.findings
-    if not run.columns.size:
-        run.numerics = Numerics(mode="skipped", skipped_because="no floating input or variable to perturb")
-        return
-    if not run.rows.size:
-        run.numerics = Numerics(mode="skipped", skipped_because="no floating output")
+    nothing = _nothing_to_compare(run)
+    if nothing:
+        run.numerics = Numerics(mode="skipped", skipped_because=nothing)
         return
     elements = run.columns.size
     full = elements <= options.full_threshold
@@ -121,6 +123,27 @@ def compare_numbers(run: CheckRun) -> None:
                     "info",
                     f"The sweep could not be computed: {type(error).__name__}: {findings.wording.cause(error)}",
                 )
+
+
+def _nothing_to_compare(run: CheckRun) -> str | None:
+    """Why there is no gradient value to compare (a verdict of "not checked"), or None."""
+    inputs, trial = run.inputs.metas, run.trial.output_metas
+    if not run.columns.size:
+        if any(meta.dtype.startswith("complex") for meta in inputs):
+            return (
+                "complex inputs: gradmagic compares the gradients of real inputs only (TensorFlow's gradient of a "
+                "complex input follows the conjugate convention, not checked yet)"
+            )
+        if any(meta.floating for meta in inputs):
+            return "the floating inputs have no elements"
+        return "no floating input or variable: integer and boolean inputs have no gradient"
+    if not run.rows.size:
+        if any(meta.dtype.startswith("complex") for meta in trial):
+            return "complex outputs: gradmagic compares the gradients of real outputs only"
+        if any(meta.floating for meta in trial):
+            return "the floating outputs have no elements"
+        return "no floating output: integer and boolean outputs have no gradient"
+    return None
 
 
 def _compare_in_best_precision(run: CheckRun, full: bool) -> Layout:

@@ -34,10 +34,9 @@ KINK_FRACTION = 0.01
 
 def jacobians(run: CheckRun, layout: Layout) -> Vjps:
     """The custom and autodiff Jacobians ([M, N] in `custom[0]`, `autodiff[0]`) at the layout's example point;
-    those in the op's own precision were taken with the compiled comparison when it ran."""
-    if layout is run.layout and run.own_precision is not None:
-        own = run.own_precision
-        return Vjps(own.outputs, own.custom[:, 1:], None if own.autodiff is None else own.autodiff[:, 1:])
+    those in the op's own precision were taken with its other own-precision products (`compiled.py`)."""
+    if layout is run.layout and run.own_precision is not None and run.own_precision.jacobian is not None:
+        return run.own_precision.jacobian
     z = run.z(layout)
     return run.adapter.vjps(run.target, layout, z[None], np.zeros((0, run.rows.size), z.dtype), jacobian=True)
 
@@ -75,6 +74,11 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     own_autodiff = None if own.autodiff is None else own.autodiff[0]
     if kinks.any():
         _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings)
+    unjudged = ~kinks & ~np.isfinite(numerical_t).all(axis=1)
+    if unjudged.any():
+        _report_unjudged(unjudged, z, steps, custom, columns, findings)
+    if not judged.any():
+        return Numerics(mode="skipped", skipped_because="no element could be judged: finite differences are NaN/Inf")
     if mismatched.any():
         _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
     elif options.surrogate:
@@ -161,6 +165,25 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
         )
 
 
+def _report_unjudged(unjudged, z, steps, custom, columns: Axis, findings: Findings) -> None:
+    """fd-nonfinite: elements whose finite differences are NaN/Inf could not be judged; say which, never drop them."""
+    elements = np.flatnonzero(unjudged)
+    column = int(elements[0])
+    name, index = columns.label(column)
+    listed = ", ".join(element_label(*columns.label(int(e))) for e in elements[:LISTED])
+    findings.add(
+        "fd-nonfinite",
+        "warning",
+        f"Finite differences are NaN/Inf at {len(elements)} element{'s' if len(elements) > 1 else ''} ({listed}"
+        f"{' ...' if len(elements) > LISTED else ''}): the forward is not finite within a step of "
+        f"{element_label(name, index)} = {z[column]:.6g} (h = {steps[column]:.3g}), at the edge of its domain (a "
+        "square root or a logarithm at zero, say). The custom gradient there could not be judged; check the op at "
+        "points inside its domain too.",
+        input=name,
+        index=index,
+    )
+
+
 def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged):
     """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py)."""
     options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
@@ -180,13 +203,10 @@ def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, 
         largest = float(np.nanmax(np.abs(custom - numerical)[mismatched]))
     where = f"at {count} of {custom.size} Jacobian element{'s' if custom.size > 1 else ''}"
 
-    def vjp(upstream: np.ndarray) -> np.ndarray:
-        return surrogate.custom_vjps(run, layout, upstream)
-
     surrogate.report_mismatch(
         findings,
         options.surrogate,
-        surrogate.full_evidence(custom, numerical, tolerance, judged, square, vjp, options.seed, run.forward_ops),
+        surrogate.full_evidence(custom, numerical, tolerance, judged, square, run.linearity, run.forward_ops),
         where + (f", by up to {largest:.3g}" if options.surrogate else ""),
         "; ".join(listing),
         dict(input=input_name, index=index, output=output_name, output_index=output_index),
@@ -226,7 +246,7 @@ def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, j
     own_custom, own_autodiff = own.custom[0], None if own.autodiff is None else own.autodiff[0]
     if own_autodiff is not None and not np.isfinite(own_autodiff).all():
         with np.errstate(all="ignore"):
-            rescued = ~np.isfinite(own_autodiff) & np.isfinite(own_custom) & ~mismatched
+            rescued = ~np.isfinite(own_autodiff) & np.isfinite(own_custom) & np.isfinite(numerical) & ~mismatched
         rescued_columns = np.flatnonzero(rescued.any(axis=0))
         if rescued_columns.size:
             column = int(rescued_columns[0])

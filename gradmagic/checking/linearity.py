@@ -1,37 +1,76 @@
-"""Whether a custom gradient is linear in the upstream gradient, as every derivative is.
+"""Whether a custom gradient is linear in the upstream gradient, as every derivative is, judged on every check.
 
-A vector-Jacobian product J^T u scales with u. A gradient function that clips
-or normalises the upstream gradient saturates instead (a deliberate
-surrogate, gradient clipping); anything else that is not linear (a squared
-upstream, a term not multiplied by it) is a mistake.
+A vector-Jacobian product J^T u is linear in u. Full mode builds Jacobians
+from one-hot upstream vectors, on which `upstream * upstream * f'(x)` equals
+the right gradient, and projection mode from one random u: neither sees a
+gradient that transforms the upstream instead of multiplying it. So every
+check also takes the custom gradient of two random upstreams u1, u2, of
+A u1 + B u2, and of u1 scaled up a thousandfold and a millionfold (in the
+one call that takes the op's own-precision products, `compiled.py`):
+
+* grad(A u1 + B u2) = A grad(u1) + B grad(u2) and grad(1000 u1) = 1000 grad(u1):
+  "linear";
+* not linear, and no larger at a millionfold than at a thousandfold: the
+  gradient clips or normalises the upstream ("bounded"), the classic
+  surrogate (TensorFlow's own clip_gradients example);
+* anything else not linear: "nonlinear", a mistake.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+#: The combination grad(A u1 + B u2) is compared with A grad(u1) + B grad(u2).
+A, B = 0.75, -1.5
+#: Scales of u1 that tell a saturating (clipping) gradient from another nonlinear one.
+SCALES = (1e3, 1e6)
+#: Upstream rows a linearity probe takes: u1, u2, A u1 + B u2, then u1 at each scale.
+ROWS = 3 + len(SCALES)
 
-def response_to_upstream(vjps: Callable[[np.ndarray], np.ndarray], upstream: np.ndarray) -> str | None:
-    """How the custom gradient responds to the upstream gradient scaled up a thousandfold, then a millionfold.
 
-    `vjps(upstreams)` gives the custom vector-Jacobian product of each row of
-    `upstreams`, in one call. A derivative scales with the upstream
-    ("linear"). Clipping or normalising saturates: the millionfold response is
-    no larger than the thousandfold ("bounded"). Anything else is "nonlinear",
-    a mistake. None when it cannot be told (the gradient fails or is not finite
-    there).
-    """
-    try:
-        base, large, larger = vjps(np.stack([scale * upstream for scale in (1.0, 1e3, 1e6)]))
-    except Exception:  # the user's gradient function, at larger upstream gradients: no evidence either way
-        return None
-    if not all(np.isfinite(value).all() for value in (base, large, larger)):
-        return None
-    if close(large, 1e3 * base):
-        return "linear"
-    return "bounded" if np.linalg.norm(larger) <= 2 * np.linalg.norm(large) else "nonlinear"
+@dataclass(frozen=True)
+class Linearity:
+    """How the custom gradient responds to the upstream gradient, measured."""
+
+    #: "linear" (as every derivative), "bounded" (clips or rescales by size), "nonlinear"; None: not told (the
+    #: gradient is not finite at the probes).
+    response: str | None
+    #: The largest deviation from linearity, relative to the gradients' size.
+    deviation: float = 0.0
+    #: z's flat element where the deviation is largest.
+    worst: int | None = None
+    #: The gradient there: grad(A u1 + B u2) and A grad(u1) + B grad(u2).
+    combined: float = 0.0
+    expected: float = 0.0
+
+
+def probes(size: int, seed: int, dtype: np.dtype) -> np.ndarray:
+    """[ROWS, size]: the upstream vectors of the linearity probe."""
+    u1, u2 = np.random.default_rng([seed, 3]).standard_normal((2, size))
+    rows = [u1, u2, A * u1 + B * u2] + [scale * u1 for scale in SCALES]
+    return np.stack(rows).astype(dtype)
+
+
+def judge(gradients: np.ndarray) -> Linearity:
+    """The linearity of the custom gradient from its values at the `probes` rows ([ROWS, N])."""
+    g1, g2, combined, *scaled = gradients
+    if not np.isfinite(gradients).all():
+        return Linearity(None)
+    expected = A * g1 + B * g2
+    deviations = np.abs(combined - expected)
+    worst = int(np.argmax(deviations)) if deviations.size else None
+    scale = max(float(np.max(np.abs(gradients[:3]), initial=0)), 1e-30)
+    linear = close(combined, expected) and close(scaled[0], SCALES[0] * g1)
+    if linear:
+        response = "linear"
+    elif np.linalg.norm(scaled[1]) <= 2 * np.linalg.norm(scaled[0]):
+        response = "bounded"
+    else:
+        response = "nonlinear"
+    values = (float(combined[worst]), float(expected[worst])) if worst is not None else (0.0, 0.0)
+    return Linearity(response, float(deviations.max(initial=0)) / scale, worst, *values)
 
 
 def close(value: np.ndarray, expected: np.ndarray) -> bool:

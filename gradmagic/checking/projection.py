@@ -143,6 +143,16 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
         noise = relative_truncation + 1.5 * measured.rounding[:probes] / scale
         typical_noise = relative_truncation + 1.5 * measured.rounding_rms[:probes] / scale
         error = np.abs(differences - predicted) / scale
+    if not np.isfinite(differences).all():
+        findings.add(
+            "fd-nonfinite",
+            "warning",
+            "Finite differences along random directions are NaN/Inf: the forward is not finite within a step of some "
+            "element (the edge of its domain: a square root or a logarithm at zero, say), so nothing could be judged "
+            f"in projection mode. Check the op at up to full_threshold = {options.full_threshold} elements, where "
+            "each element is judged on its own and those at the edge are named.",
+        )
+        return Numerics(mode="skipped", skipped_because="finite differences along random directions are NaN/Inf")
     noise_floor = float(np.nanmax(noise))
     if noise_floor > UNJUDGEABLE_NOISE:
         findings.add(
@@ -355,12 +365,7 @@ def _report_mismatch(
         )
     square = len(columns.names) == 1 and len(rows.names) == 1 and columns.shapes == rows.shapes
     evidence = surrogate.projected_evidence(
-        prober.custom,
-        prober.upstream_vector,
-        square,
-        lambda upstreams: surrogate.custom_vjps(run, layout, upstreams),
-        true_zero,
-        run.forward_ops,
+        prober.custom, prober.upstream_vector, square, run.linearity, true_zero, run.forward_ops
     )
     note = ""
     if options.surrogate:

@@ -17,6 +17,7 @@ import numpy as np
 
 from gradmagic.checking.differences import Axis
 from gradmagic.checking.findings import Findings
+from gradmagic.checking.linearity import ROWS, Linearity
 from gradmagic.checking.options import CheckOptions
 from gradmagic.frameworks.base import Adapter, Layout, RawGraph, Target, TensorMeta, Vjps
 from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
@@ -47,6 +48,36 @@ class Trial:
     variable_gradients: list | None = None
 
 
+@dataclass(frozen=True)
+class OwnPrecision:
+    """The vector-Jacobian products at the example point in the op's own precision, taken in one compiled call:
+    for the trial's upstream (row 0), the linearity probes (`linearity.probes`), then, in full mode, every one-hot
+    upstream (the Jacobian)."""
+
+    vjps: Vjps
+
+    @property
+    def outputs(self) -> np.ndarray:
+        return self.vjps.outputs[0]
+
+    @property
+    def trial_gradient(self) -> np.ndarray:
+        return self.vjps.custom[0, 0]
+
+    @property
+    def probe_gradients(self) -> np.ndarray:
+        return self.vjps.custom[0, 1 : 1 + ROWS]
+
+    @property
+    def jacobian(self) -> Vjps | None:
+        """The custom and autodiff Jacobians ([1, M, N]), when they were taken."""
+        first = 1 + ROWS
+        if self.vjps.custom.shape[1] == first:
+            return None
+        autodiff = None if self.vjps.autodiff is None else self.vjps.autodiff[:, first:]
+        return Vjps(self.vjps.outputs, self.vjps.custom[:, first:], autodiff)
+
+
 @dataclass
 class CheckRun:
     """The state of one check, passed from phase to phase."""
@@ -67,11 +98,10 @@ class CheckRun:
     raw_graph: RawGraph | None = None
     forward_ops: frozenset[str] | None = None  # what the traced forward's ops do (see surrogate.forward_ops)
     graph: Graph | None = None
-    numerics: Numerics = field(default_factory=lambda: Numerics(mode="skipped", skipped_because="structure errors"))
+    numerics: Numerics | None = None  # None until the numbers phase ran (or why it did not is said, `report`)
     sweep: Sweep | None = None
-    #: Vector-Jacobian products at the example point in the op's own precision, for the trial's upstream (row 0)
-    #: and, in full mode, every one-hot upstream (rows 1 to M): taken once, compared with the trial and reused.
-    own_precision: Vjps | None = None
+    own_precision: OwnPrecision | None = None  # taken once, compared with the trial, judged for linearity, reused
+    linearity: Linearity | None = None
 
     @property
     def failed(self) -> bool:
@@ -104,6 +134,13 @@ class CheckRun:
         ]
         return [meta.dtype for meta in metas], [meta.size for meta in metas]
 
+    def _why_no_numbers(self) -> str:
+        """Why no gradient value was compared, when the numbers phase did not run."""
+        errors = [problem.code for problem in self.findings.problems if problem.severity == "error"]
+        if errors:
+            return f"not run after the error {errors[0]}"
+        return "not asked for (numbers=False)" if not self.options.numbers else "not run"
+
     def report(self) -> Report:
         self.timings["total"] = time.perf_counter() - self.started
         adapter, target, options = self.adapter, self.target, self.options
@@ -118,11 +155,12 @@ class CheckRun:
             adapter.backend,
         )
         surrogate = self.findings.surrogate or (Surrogate(declared=True) if options.surrogate else None)
+        numerics = self.numerics or Numerics(mode="skipped", skipped_because=self._why_no_numbers())
         return Report(
             description,
             tuple(self.findings.problems),
             tuple(self.findings.rows),
-            self.numerics,
+            numerics,
             dict(self.timings),
             dataclasses.asdict(options),
             self.graph,

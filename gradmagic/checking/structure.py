@@ -122,7 +122,7 @@ def check_structure(run: CheckRun) -> None:
         ("variable", variable_names, variable_metas, trial.variable_gradients or []),
     ):
         for name, meta, gradient in zip(names, metas, grads):
-            _check_gradient(adapter, role, name, meta, gradient, findings, line=line)
+            _check_gradient(adapter, role, name, meta, gradient, findings, line, [m.shape for m in output_metas])
     run.trial = trial
 
 
@@ -310,7 +310,14 @@ def _returns_outputs_and_grad(run: CheckRun, result: Any) -> bool:
 
 
 def _check_gradient(
-    adapter: Adapter, role: str, name: str, meta: TensorMeta, gradient: Any, findings: Findings, line: int | None
+    adapter: Adapter,
+    role: str,
+    name: str,
+    meta: TensorMeta,
+    gradient: Any,
+    findings: Findings,
+    line: int | None,
+    output_shapes: list[tuple],
 ) -> None:
     where = {"input": name} if role == "input" else {"variable": name}
     kind = "downstream" if role == "input" else "variable-gradient"
@@ -327,12 +334,7 @@ def _check_gradient(
                 **where,
             )
         else:
-            findings.add(
-                "not-differentiable",
-                "info",
-                f"{role.capitalize()} `{name}` is {meta.dtype}: not differentiable, its gradient is ignored.",
-                **where,
-            )
+            _not_compared(role, name, meta, findings, where)
         return
     gradient_meta = adapter.meta(gradient)
     if gradient_meta is None:
@@ -342,21 +344,11 @@ def _check_gradient(
         TensorRow(kind, f"d{name}", gradient_meta.shape, gradient_meta.dtype, meta.shape, meta.dtype, matches)
     )
     if not meta.floating:
-        findings.add(
-            "not-differentiable",
-            "info",
-            f"{role.capitalize()} `{name}` is {meta.dtype}: not differentiable, its gradient is ignored.",
-            **where,
-        )
+        _not_compared(role, name, meta, findings, where)
         return
     if gradient_meta.shape != meta.shape:
-        findings.add(
-            "grad-shape",
-            "error",
-            _shape_message(role, name, meta.shape, gradient_meta.shape, findings),
-            line=line,
-            **where,
-        )
+        message = _shape_message(role, name, meta.shape, gradient_meta.shape, output_shapes, findings)
+        findings.add("grad-shape", "error", message, line=line, **where)
     if gradient_meta.dtype != meta.dtype:
         findings.add(
             "grad-dtype",
@@ -372,12 +364,41 @@ def _check_gradient(
         )
 
 
-def _shape_message(role: str, name: str, expected: tuple, got: tuple, findings: Findings) -> str:
+def _not_compared(role: str, name: str, meta: TensorMeta, findings: Findings, where: dict) -> None:
+    """An input or variable whose gradient is not compared: complex (not checked yet), or not differentiable."""
+    if meta.dtype.startswith("complex"):
+        findings.add(
+            "complex-unchecked",
+            "info",
+            f"{role.capitalize()} `{name}` is {meta.dtype}: gradmagic does not check gradients of complex inputs yet "
+            "(TensorFlow gives them the conjugate convention); only its shape and dtype are checked.",
+            **where,
+        )
+        return
+    findings.add(
+        "not-differentiable",
+        "info",
+        f"{role.capitalize()} `{name}` is {meta.dtype}: not differentiable, its gradient is ignored.",
+        **where,
+    )
+
+
+def _shape_message(
+    role: str, name: str, expected: tuple, got: tuple, output_shapes: list[tuple], findings: Findings
+) -> str:
     wording = findings.wording
     message = (
         f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
         f"{wording.wrong_shape}"
     )
+    for output in output_shapes:
+        if got in (tuple(output) + tuple(expected), tuple(expected) + tuple(output)):
+            return message + (
+                f" Its shape is the output's {list(output)} and the {role}'s {list(expected)} together: the gradient "
+                f"function returns the full Jacobian d output / d {name}, not the vector-Jacobian product. Return the "
+                f"upstream gradient times the Jacobian, summed over the output's axes (`{wording.reduce_sum}(upstream"
+                "[..., None] * jacobian, axis=...)`), or better, that product without building the Jacobian."
+            )
     axes = _broadcast_axes(expected, got)
     if axes is not None:
         reduced = f"{wording.reduce_sum}(grad, axis={list(axes)})"

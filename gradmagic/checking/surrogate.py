@@ -25,14 +25,12 @@ the report keeps the plain `fd-mismatch` with its own hint.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from gradmagic.checking.findings import Findings
-from gradmagic.checking.linearity import close, response_to_upstream
-from gradmagic.checking.run import CheckRun
-from gradmagic.frameworks.base import Layout, RawGraph
+from gradmagic.checking.linearity import Linearity, close
+from gradmagic.frameworks.base import RawGraph
 from gradmagic.report import Surrogate
 
 #: A constant factor closer than this to the true derivative's is a mistake (a typo), not an intended scaling.
@@ -86,12 +84,6 @@ def forward_ops(graph: RawGraph | None) -> frozenset[str] | None:
     return frozenset(
         op.meaning or OTHER for op in graph.ops if op.scope == "forward" and (op.kind == "op" or op.meaning)
     )
-
-
-def custom_vjps(run: CheckRun, layout: Layout, upstreams: np.ndarray) -> np.ndarray:
-    """[K, N]: the custom vector-Jacobian products at the layout's example point, for the upstream rows."""
-    z = run.z(layout)
-    return run.adapter.vjps(run.target, layout, z[None], upstreams.astype(z.dtype), autodiff=False).custom[0]
 
 
 def recognise(evidence: Evidence) -> Pattern | None:
@@ -162,16 +154,11 @@ def full_evidence(
     tolerance: np.ndarray,
     judged: np.ndarray,
     square: bool,
-    vjps: Callable[[np.ndarray], np.ndarray],
-    seed: int,
+    linearity: Linearity | None,
     ops: frozenset[str] | None,
 ) -> Evidence:
-    """Evidence from dense Jacobians ([outputs, inputs]); `square`: one input and one output of the same shape.
-
-    `vjps(upstreams)` are the custom vector-Jacobian products for the rows of
-    `upstreams`, asked for three scales of one random `u` (see
-    `linearity.response_to_upstream`).
-    """
+    """Evidence from dense Jacobians ([outputs, inputs]); `square`: one input and one output of the same shape;
+    `linearity`: how the custom gradient responds to the upstream gradient (measured on every check)."""
     compared = judged & np.isfinite(numerical)
     true_derivative = None
     if compared.any():
@@ -182,8 +169,7 @@ def full_evidence(
             if scale is not None:
                 true_derivative = "identity" if np.isclose(scale, 1, rtol=1e-3) else "scaled-identity"
     factor = _identity_factor(custom, np.isfinite(custom), None) if square else None
-    upstream = np.random.default_rng(seed + 1).standard_normal(custom.shape[0]).astype(custom.dtype)
-    response = response_to_upstream(vjps, upstream)
+    response = linearity.response if linearity is not None else None
     with np.errstate(all="ignore"):
         differs = compared & (np.abs(custom - numerical) > tolerance)
     flat = bool(differs.any()) and bool(np.all(np.abs(numerical[differs]) <= tolerance[differs]))
@@ -194,7 +180,7 @@ def projected_evidence(
     custom_vjp: np.ndarray,
     upstream: np.ndarray,
     square: bool,
-    vjps: Callable[[np.ndarray], np.ndarray],
+    linearity: Linearity | None,
     true_zero: bool,
     ops: frozenset[str] | None,
 ) -> Evidence:
@@ -204,7 +190,8 @@ def projected_evidence(
     if square and custom_vjp.shape == upstream.shape:
         candidate = float(custom_vjp @ upstream / (upstream @ upstream))
         factor = _rounded(candidate) if close(custom_vjp, candidate * upstream) else None
-    return Evidence(ops, "zero" if true_zero else None, factor, response_to_upstream(vjps, upstream))
+    response = linearity.response if linearity is not None else None
+    return Evidence(ops, "zero" if true_zero else None, factor, response)
 
 
 def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarray | None) -> float | None:
@@ -281,7 +268,10 @@ def report_mismatch(
 
 
 def report_declared_match(findings: Findings) -> None:
-    """A declared surrogate that equals the true derivative at the example: say so, the verdict stays a pass."""
+    """A declared surrogate that equals the true derivative at the example: say so, the verdict stays a pass. (One
+    that is not linear in the upstream gradient is no derivative at all, and was said so.)"""
+    if any(problem.code == "surrogate-nonlinear" for problem in findings.problems):
+        return
     findings.surrogate = Surrogate(True, None, None)
     findings.add(
         "surrogate-matches",

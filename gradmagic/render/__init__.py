@@ -8,6 +8,7 @@ VERDICT_WORDS = {
     "pass": "passes",
     "warn": "passes with warnings",
     "surrogate": "surrogate gradient (declared)",
+    "unchecked": "not checked",
     "fail": "fails",
     "unavailable": "not checked",
 }
@@ -18,6 +19,7 @@ COLOURS = {
     "pass": "#1a7f37",
     "warn": "#9a6700",
     "surrogate": "#8250df",
+    "unchecked": "#57606a",
     "fail": "#cf222e",
     "error": "#cf222e",
     "warning": "#9a6700",

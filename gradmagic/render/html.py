@@ -77,7 +77,7 @@ def header_html(report: Report, problems: bool = True) -> str:
     if surrogate:
         parts.append(f'<div style="font-size: 12px; color: {COLOURS["surrogate"]}">{escape(surrogate)}</div>')
     if report.backends:
-        marks = {"pass": "✓", "warn": "✓", "surrogate": "✓", "fail": "✗", "unavailable": "–"}
+        marks = {"pass": "✓", "warn": "✓", "surrogate": "✓", "unchecked": "–", "fail": "✗", "unavailable": "–"}
         parts.append(
             '<div style="font-size: 12px">backends: '
             + " · ".join(

@@ -23,10 +23,11 @@ export const VERDICT_WORDS = {
   pass: 'passes',
   warn: 'passes with warnings',
   surrogate: 'surrogate gradient (declared)',
+  unchecked: 'not checked',
   fail: 'fails'
 } as const;
 const BACKEND_VERDICT_WORDS = { ...VERDICT_WORDS, unavailable: 'not checked' } as const;
-const BACKEND_MARKS = { pass: '✓', warn: '✓', surrogate: '✓', fail: '✗', unavailable: '–' } as const;
+const BACKEND_MARKS = { pass: '✓', warn: '✓', surrogate: '✓', unchecked: '–', fail: '✗', unavailable: '–' } as const;
 /** Keras backends as users name them. */
 export const BACKEND_NAMES: Record<string, string> = { tensorflow: 'TensorFlow', jax: 'JAX', torch: 'PyTorch' };
 /** Problems the header shows; the rest are in the problems section. */

@@ -14,8 +14,11 @@ export const SCHEMA_MAJOR = 1;
 export type JsonNumber = number | 'NaN' | 'Infinity' | '-Infinity';
 export type Num = JsonNumber | null;
 export type Shape = (number | null)[];
-/** `surrogate`: a declared surrogate gradient differs from the true derivative and nothing fails (schema 1.4). */
-export type Verdict = 'pass' | 'warn' | 'surrogate' | 'fail';
+/**
+ * `surrogate`: a declared surrogate gradient differs from the true derivative and nothing fails (schema 1.4);
+ * `unchecked`: nothing fails but no gradient value could be compared (schema 1.6).
+ */
+export type Verdict = 'pass' | 'warn' | 'surrogate' | 'unchecked' | 'fail';
 export type Severity = 'error' | 'warning' | 'info';
 
 export interface ILocation {
