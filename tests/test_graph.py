@@ -14,7 +14,7 @@ from report_fixtures import graph_of_about, log1pexp, scoped_chain
 import gradmagic
 from gradmagic.checking.graph_layout import BACKWARD_LANE, BAND, MAX_NODES, graph_layout
 from gradmagic.render.graph import NO_LAYOUT, draw, graph_png, graph_summary, graph_svg
-from gradmagic.report import Graph, GraphEdge, GraphLayout, GraphNode, Report, schema
+from gradmagic.report import SCHEMA_VERSION, Graph, GraphEdge, GraphLayout, GraphNode, Report, schema
 
 
 def complex_op(x, y):
@@ -263,7 +263,7 @@ def test_report_carries_the_layout_through_json_and_its_schema():
     assert len(report.graph.nodes) == 6 * 40 + 4 and len(layout.scopes) == 2 * 40
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     jsonschema.validate(data, schema())
-    assert data["version"] == "1.5"
+    assert data["version"] == SCHEMA_VERSION
     assert data["graph"]["layout"]["scopes"][0] == {
         "id": "forward/block_0",
         "label": "block_0",

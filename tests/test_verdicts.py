@@ -1,0 +1,132 @@
+"""Verdicts to trust: `ok` means judged and right. A gradient not linear in the upstream fails in every mode; bad
+options are errors naming the option; what could not be judged says so ("not checked", fd-nonfinite), never a pass;
+advice says what is really wrong."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import codes, problem
+
+import gradmagic
+from gradmagic.errors import OptionError
+
+
+def squared_upstream(x):
+    # Right on one-hot upstream vectors (u * u = u), wrong on any other: full mode built from one-hot rows passed it.
+    return x * x, lambda upstream: upstream * upstream * 2 * x
+
+
+def clip_by_norm(x):
+    """TensorFlow's own clip_gradients example."""
+    return tf.identity(x), lambda upstream: tf.clip_by_norm(upstream, 0.5)
+
+
+@pytest.mark.parametrize("size", [3, 3000])
+def test_a_gradient_not_linear_in_the_upstream_fails_in_both_modes(size):
+    x = tf.constant(np.linspace(0.5, 1.5, size).astype(np.float32))
+    report = gradmagic.check(squared_upstream, x, full_threshold=2000)
+    assert report.codes() == ["grad-nonlinear"]
+    found = problem(report, "grad-nonlinear")
+    assert found.severity == "error" and found.location.input == "x" and found.location.index is not None
+    assert "grad(0.75 u1 - 1.5 u2)" in found.message and "0.75 grad(u1) - 1.5 grad(u2)" in found.message
+    assert report.numerics.mode == "skipped" and "grad-nonlinear" in report.numerics.skipped_because
+
+
+def test_a_linear_gradient_passes_the_linearity_probe_in_float32_and_float64():
+    def softplus(x):
+        return tf.math.softplus(x), lambda upstream: upstream * tf.sigmoid(x)
+
+    for dtype in (tf.float32, tf.float64):
+        report = gradmagic.check(softplus, tf.constant(np.linspace(-30, 30, 41), dtype))
+        assert report.verdict == "pass", report
+
+
+def test_clipping_by_norm_is_nonlinear_named_undeclared_and_never_a_declared_match():
+    x = tf.constant([1.0, 2.0, 3.0])
+    undeclared = gradmagic.check(clip_by_norm, x)
+    assert undeclared.codes() == ["grad-nonlinear"] and undeclared.surrogate.pattern == "gradient clipping"
+    assert "--surrogate" in problem(undeclared, "grad-nonlinear").message
+    # Declared: at a point where the one-hot rows (norm 1) are clipped the finite differences differ as well.
+    declared = gradmagic.check(clip_by_norm, x, surrogate=True)
+    assert declared.ok and declared.verdict == "surrogate" and "surrogate-matches" not in codes(declared)
+    assert problem(declared, "surrogate-nonlinear").severity == "info"
+    # A clip wide enough that no one-hot row is clipped: the finite differences agree, yet no "matches" is said.
+    wide = gradmagic.check(lambda x: (tf.identity(x), lambda u: tf.clip_by_norm(u, 2.0)), x, surrogate=True)
+    assert wide.verdict == "surrogate" and "surrogate-matches" not in codes(wide), wide
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"eps": 0}, "eps"),
+        ({"eps": -1e-3}, "eps"),
+        ({"eps": math.inf}, "eps"),
+        ({"rtol": -1}, "rtol"),
+        ({"rtol": math.nan}, "rtol"),
+        ({"atol": math.inf}, "atol"),
+        ({"atol": "small"}, "atol"),
+        ({"probes": 0}, "probes"),
+        ({"full_threshold": 2.5}, "full_threshold"),
+        ({"order": 3}, "order"),
+        ({"seed": -1}, "seed"),
+        ({"sweep_range": (1, 0)}, "sweep_range"),
+        ({"framework": "nonsense"}, "framework"),
+        ({"graph": "yes"}, "graph"),
+    ],
+)
+def test_bad_options_are_errors_naming_the_option(options, named):
+    too_large = lambda x: (x * x, lambda upstream: upstream * 2 * x * 5 / 3)  # noqa: E731 - a wrong gradient
+    with pytest.raises(OptionError, match=f"^{named}"):
+        gradmagic.check(too_large, tf.constant([1.0, 2.0]), **options)
+
+
+def test_bad_options_on_the_magic_line_name_the_option(nb):
+    cell = "%%custom_gradient {} --check x=tf.constant([1., 2.])\ndef sq(x):\n    return x * x, lambda dy: 2 * x * dy"
+    for line, named in (("--rtol -1", "--rtol"), ("--eps 0", "--eps"), ("--atol nan", "--atol")):
+        shown = nb.fails(cell.format(line)).stderr
+        assert named in shown and "UsageError" in shown, shown
+    nb.ok("%config GradientMagics.eps = -0.5")
+    assert "%config GradientMagics.eps must be" in nb.fails(cell.format("")).stderr
+
+
+def test_finite_differences_that_are_nan_are_named_never_dropped():
+    def safe_sqrt(x):
+        y = tf.sqrt(x)
+        return y, lambda upstream: upstream * tf.where(x > 0, 0.5 / tf.sqrt(tf.maximum(x, 1e-30)), 0.0)
+
+    report = gradmagic.check(safe_sqrt, tf.constant([0.0, 1.0, 4.0]))
+    found = problem(report, "fd-nonfinite")
+    assert found.severity == "warning" and found.location.index == (0,)
+    assert "x[0] = 0" in found.message and "could not be judged" in found.message
+    assert report.verdict == "warn"  # judged at x[1] and x[2], and says what was not
+    nowhere = gradmagic.check(safe_sqrt, tf.constant([0.0]))
+    assert nowhere.verdict == "unchecked" and "NaN/Inf" in nowhere.numerics.skipped_because
+
+
+def test_what_cannot_be_judged_is_not_checked_never_passes():
+    def doubled(x):
+        return x * 2, lambda upstream: upstream * 2
+
+    integers = gradmagic.check(doubled, tf.constant([1, 2]))
+    assert integers.verdict == "unchecked" and "integer" in integers.numerics.skipped_because
+    empty = gradmagic.check(doubled, tf.zeros([0]))
+    assert empty.verdict == "unchecked" and "no elements" in empty.numerics.skipped_because
+    # A wrong gradient of a complex input is not passed: it is not checked, and the report says so.
+    wrong_complex = gradmagic.check(
+        lambda z: (z * z, lambda upstream: upstream * tf.math.conj(3 * z)), tf.constant([1 + 2j], tf.complex64)
+    )
+    assert wrong_complex.verdict == "unchecked" and not wrong_complex.verdict == "pass"
+    assert "complex" in problem(wrong_complex, "complex-unchecked").message
+    assert "complex inputs" in wrong_complex.numerics.skipped_because
+    assert "not checked" in gradmagic.render.text.render_text(wrong_complex).splitlines()[0]
+
+
+def test_a_full_jacobian_returned_instead_of_a_vector_jacobian_product_is_told_so():
+    def squares(x):
+        return x * x, lambda upstream: tf.linalg.diag(2 * x)  # the Jacobian, not upstream times it
+
+    found = problem(gradmagic.check(squares, tf.constant([1.0, 2.0, 3.0])), "grad-shape")
+    assert "returns the full Jacobian d output / d x" in found.message
+    assert "was broadcast" not in found.message
