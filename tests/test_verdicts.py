@@ -130,3 +130,39 @@ def test_a_full_jacobian_returned_instead_of_a_vector_jacobian_product_is_told_s
     found = problem(gradmagic.check(squares, tf.constant([1.0, 2.0, 3.0])), "grad-shape")
     assert "returns the full Jacobian d output / d x" in found.message
     assert "was broadcast" not in found.message
+
+
+def test_variables_of_the_same_name_are_told_apart():
+    first, second = tf.Variable([1.0, 2.0]), tf.Variable([3.0, 4.0, 5.0])  # both named "Variable"
+
+    def scaled(x):
+        y = x * first + tf.reduce_sum(second)
+
+        def grad(upstream, variables=None):
+            wrong = tf.ones([3]) * tf.reduce_sum(upstream) * 1.5  # should be 1 times
+            return upstream * first, [upstream * x, wrong]
+
+        return y, grad
+
+    report = gradmagic.check(scaled, tf.constant([1.0, 2.0]))
+    rows = [(row.name, row.shape) for row in report.tensors if row.role == "variable"]
+    assert rows == [("Variable#1", (2,)), ("Variable#2", (3,))]
+    assert problem(report, "fd-mismatch").location.input == "Variable#2"
+
+
+def test_the_autodiff_notes_name_the_ops_that_really_stop_gradients():
+    def numpy_softplus(x):
+        y = tf.numpy_function(lambda v: np.log1p(np.exp(v)), [x], tf.float32)
+        y.set_shape(x.shape)
+        return y, lambda upstream: upstream * tf.sigmoid(x)
+
+    # TensorFlow's own gradient through tf.numpy_function is zero (unconnected): named, not guessed.
+    found = problem(gradmagic.check(numpy_softplus, tf.constant([-1.0, 0.0, 2.0])), "autodiff-differs")
+    assert "tf.numpy_function or tf.py_function (no gradient at all)" in found.message
+
+    def stopped(x):
+        return x * x + tf.stop_gradient(x), lambda upstream: upstream * (2 * x + 1)
+
+    differs = problem(gradmagic.check(stopped, tf.constant([1.0, 2.0])), "autodiff-differs")
+    assert "uses `tf.stop_gradient` whose registered gradient" in differs.message
+    assert "round" not in differs.message and "sign" not in differs.message

@@ -268,6 +268,14 @@ def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, j
                 output=output_name,
                 output_index=output_index,
             )
+    stoppers = surrogate.gradient_stoppers(run.forward_ops, findings.wording)
+    if autodiff is None and stoppers:
+        findings.add(
+            "autodiff-unavailable",
+            "info",
+            f"{findings.wording.autodiff} of the forward cannot be taken: it uses {stoppers}. The custom gradient "
+            "is the op's only gradient; finite differences judged it.",
+        )
     if autodiff is not None:
         with np.errstate(all="ignore"):
             differs = (np.abs(autodiff - numerical) > tolerance) & judged & ~mismatched  # False where either is NaN
@@ -280,8 +288,8 @@ def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, j
                 f"{findings.wording.autodiff} of the forward differs from the true derivative at {int(differs.sum())} "
                 f"element{'s' if differs.sum() > 1 else ''} (at {element_label(name, index)}: autodiff "
                 f"{autodiff[row, column]:.6g}, finite differences {numerical[row, column]:.6g}), while the custom "
-                "gradient matches: the forward uses ops whose registered gradient is not their derivative "
-                f"(round, sign, {findings.wording.stop_gradient}, ...).",
+                f"gradient matches: the forward uses {stoppers or 'ops'} whose registered gradient is not the "
+                "derivative.",
                 input=name,
                 index=index,
             )

@@ -78,7 +78,7 @@ def check_structure(run: CheckRun) -> None:
 
     grad_fn = result[1]
     variable_metas = [adapter.meta(v) for v in variables]
-    variable_names = [meta.name for meta in variable_metas]
+    variable_names = _distinct([meta.name for meta in variable_metas])
     for name, meta in zip(variable_names, variable_metas):
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
     if not _fits_convention(run, outputs, output_names, variable_names, grad_fn):
@@ -124,6 +124,20 @@ def check_structure(run: CheckRun) -> None:
         for name, meta, gradient in zip(names, metas, grads):
             _check_gradient(adapter, role, name, meta, gradient, findings, line, [m.shape for m in output_metas])
     run.trial = trial
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """Variable names told apart: two variables named `w` (Keras layers, `tf.Variable`s made in a loop) become `w#1`
+    and `w#2`, in the order the gradient function receives them."""
+    repeated = {name for name in names if names.count(name) > 1}
+    seen: dict[str, int] = {}
+    distinct = []
+    for name in names:
+        if name in repeated:
+            seen[name] = seen.get(name, 0) + 1
+            name = f"{name}#{seen[name]}"
+        distinct.append(name)
+    return distinct
 
 
 def _fits_convention(run: CheckRun, outputs: list, output_names: list[str], variable_names: list[str], grad_fn) -> bool:

@@ -311,6 +311,17 @@ def autodiff_note(
     return f" {autodiff_name} of the forward gives {_few(values)} there."
 
 
+def gradient_stoppers(ops: frozenset[str] | None, wording) -> str | None:
+    """The forward's ops whose registered gradient is not their derivative, as a phrase ("`round` (its gradient is
+    zero)"), or None when the traced forward has none (or was not traced)."""
+    found = [f"`{op}` (its gradient is zero)" for op in _PIECEWISE_CONSTANT if op in (ops or ())]
+    if "stop_gradient" in (ops or ()):
+        found.append(f"`{wording.stop_gradient}`")
+    if "python_function" in (ops or ()):
+        found.append(f"{wording.python_function} (no gradient at all)")
+    return ", ".join(found) or None
+
+
 def _few(values: np.ndarray) -> str:
     shown = ", ".join(f"{v:.6g}" for v in values[:3])
     return shown + (", ..." if values.size > 3 else "")

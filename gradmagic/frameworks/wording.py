@@ -47,6 +47,8 @@ class Wording:
     wrong_count: str
     #: Why a gradient function may not differentiate on this backend, added to second-order mismatches.
     second_order: str = ""
+    #: How an op calls into Python (which has no gradient): "tf.numpy_function or tf.py_function".
+    python_function: str = "a call into Python"
     #: How the structure checks ran the op, against which `compiled` is compared.
     direct: str = "eagerly"
     #: Advice when the op works `direct`ly but its gradient fails `compiled`.

@@ -31,6 +31,7 @@ _PASSTHROUGH = {"copy", "copy_p"}
 _MEANINGS = {
     **{name: name for name in ("round", "sign", "floor", "ceil", "stop_gradient")},
     **{"clamp": "clip", "clip": "clip", "min": "minimum", "max": "maximum", "convert_element_type": "cast"},
+    **{"pure_callback": "python_function", "io_callback": "python_function"},
 }
 
 

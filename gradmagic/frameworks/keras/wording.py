@@ -64,6 +64,7 @@ KERAS_ON_JAX = JaxWording(
     ambiguous_truth=("truth value of an array", "Attempted boolean conversion of traced array"),
     keyword_refusal=("positional-only arguments",),
     keyword_refusal_sentence="keras.ops.custom_gradient on JAX refuses keyword arguments",
+    python_function="jax.pure_callback",
     keyword_binding_advice=_KEYWORD_BINDING,
     **KERAS_OPS,
 )

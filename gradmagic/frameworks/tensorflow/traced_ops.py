@@ -17,6 +17,10 @@ _MEANINGS = {
     "Minimum": "minimum",
     "Maximum": "maximum",
     "StopGradient": "stop_gradient",
+    "PreventGradient": "stop_gradient",
+    "PyFunc": "python_function",
+    "PyFuncStateless": "python_function",
+    "EagerPyFunc": "python_function",
     "Cast": "cast",
 }
 SCOPES = {"forward": "forward", "backward": "backward"}

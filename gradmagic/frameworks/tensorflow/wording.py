@@ -59,6 +59,7 @@ TENSORFLOW = TensorFlowWording(
     ambiguous_truth=("truth value of an array", "symbolic `tf.Tensor` as a Python `bool`"),
     keyword_refusal=("keywords arguments only when eager",),
     keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments inside tf.function",
+    python_function="tf.numpy_function or tf.py_function",
 )
 
 #: TensorFlow 1's graph mode: every call builds into a graph, run in a tf.compat.v1 Session.
