@@ -166,3 +166,14 @@ def test_the_autodiff_notes_name_the_ops_that_really_stop_gradients():
     differs = problem(gradmagic.check(stopped, tf.constant([1.0, 2.0])), "autodiff-differs")
     assert "uses `tf.stop_gradient` whose registered gradient" in differs.message
     assert "round" not in differs.message and "sign" not in differs.message
+
+
+def test_a_reversal_layer_with_a_hyper_parameter_input_still_gets_the_reversal_hint():
+    def reverse(x, strength):
+        return tf.identity(x), lambda upstream: (-strength * upstream, tf.zeros_like(strength))
+
+    report = gradmagic.check(reverse, tf.constant([1.0, -2.0, 3.0]), tf.constant(1.0))
+    assert "This looks like gradient reversal" in problem(report, "fd-mismatch").message
+    assert report.surrogate.pattern == "gradient reversal"
+    declared = gradmagic.check(reverse, tf.constant([1.0, -2.0, 3.0]), tf.constant(0.5), surrogate=True)
+    assert declared.verdict == "surrogate" and declared.surrogate.pattern == "scaled gradient reversal"

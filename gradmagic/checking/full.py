@@ -198,7 +198,7 @@ def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, 
     )
     input_name, index = columns.label(int(column))
     output_name, output_index = rows.label(int(row))
-    square = len(columns.names) == 1 and len(rows.names) == 1 and columns.shapes == rows.shapes
+    square = surrogate.square_block(columns, rows)
     with np.errstate(all="ignore"):
         largest = float(np.nanmax(np.abs(custom - numerical)[mismatched]))
     where = f"at {count} of {custom.size} Jacobian element{'s' if custom.size > 1 else ''}"

@@ -363,7 +363,7 @@ def _report_mismatch(
             f" Along every direction the custom gradient is {ratio:.6g} times the finite differences: "
             "a constant factor is off" + (" (a flipped sign)." if np.isclose(ratio, -1) else ".")
         )
-    square = len(columns.names) == 1 and len(rows.names) == 1 and columns.shapes == rows.shapes
+    square = surrogate.square_block(columns, rows)
     evidence = surrogate.projected_evidence(
         prober.custom, prober.upstream_vector, square, run.linearity, true_zero, run.forward_ops
     )

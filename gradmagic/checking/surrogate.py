@@ -153,22 +153,27 @@ def full_evidence(
     numerical: np.ndarray,
     tolerance: np.ndarray,
     judged: np.ndarray,
-    square: bool,
+    square: slice | None,
     linearity: Linearity | None,
     ops: frozenset[str] | None,
 ) -> Evidence:
-    """Evidence from dense Jacobians ([outputs, inputs]); `square`: one input and one output of the same shape;
+    """Evidence from dense Jacobians ([outputs, inputs]); `square`: the columns of the input shaped like the op's one
+    output (a reversal layer's `x`, beside its hyper-parameters), where the forward may be the identity;
     `linearity`: how the custom gradient responds to the upstream gradient (measured on every check)."""
     compared = judged & np.isfinite(numerical)
     true_derivative = None
     if compared.any():
         if np.all(np.abs(numerical[compared]) <= tolerance[compared]):
             true_derivative = "zero"
-        elif square:
-            scale = _identity_factor(numerical, compared, tolerance)
+        elif square is not None:
+            block = (slice(None), square)
+            scale = _identity_factor(numerical[block], compared[block], tolerance[block])
             if scale is not None:
                 true_derivative = "identity" if np.isclose(scale, 1, rtol=1e-3) else "scaled-identity"
-    factor = _identity_factor(custom, np.isfinite(custom), None) if square else None
+    factor = None
+    if square is not None:
+        block = custom[:, square]
+        factor = _identity_factor(block, np.isfinite(block), None)
     response = linearity.response if linearity is not None else None
     with np.errstate(all="ignore"):
         differs = compared & (np.abs(custom - numerical) > tolerance)
@@ -179,19 +184,31 @@ def full_evidence(
 def projected_evidence(
     custom_vjp: np.ndarray,
     upstream: np.ndarray,
-    square: bool,
+    square: slice | None,
     linearity: Linearity | None,
     true_zero: bool,
     ops: frozenset[str] | None,
 ) -> Evidence:
-    """Evidence in projection mode: `custom_vjp` = J^T `upstream`, measured; `true_zero`: every probe's finite
-    difference is within its noise while the custom gradient predicts more."""
+    """Evidence in projection mode: `custom_vjp` = J^T `upstream`, measured; `square` as for `full_evidence`;
+    `true_zero`: every probe's finite difference is within its noise while the custom gradient predicts more."""
     factor = None
-    if square and custom_vjp.shape == upstream.shape:
-        candidate = float(custom_vjp @ upstream / (upstream @ upstream))
-        factor = _rounded(candidate) if close(custom_vjp, candidate * upstream) else None
+    if square is not None:
+        block = custom_vjp[square]
+        candidate = float(block @ upstream / (upstream @ upstream))
+        factor = _rounded(candidate) if close(block, candidate * upstream) else None
     response = linearity.response if linearity is not None else None
     return Evidence(ops, "zero" if true_zero else None, factor, response)
+
+
+def square_block(columns, rows) -> slice | None:
+    """The columns of z (an input's elements) shaped like the op's one output, where the forward may be the
+    identity; None with several outputs or no such input."""
+    if len(rows.names) != 1:
+        return None
+    for shape, start, stop in zip(columns.shapes, columns.offsets, columns.offsets[1:]):
+        if shape == rows.shapes[0]:
+            return slice(int(start), int(stop))
+    return None
 
 
 def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarray | None) -> float | None:
