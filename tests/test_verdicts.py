@@ -177,3 +177,19 @@ def test_a_reversal_layer_with_a_hyper_parameter_input_still_gets_the_reversal_h
     assert report.surrogate.pattern == "gradient reversal"
     declared = gradmagic.check(reverse, tf.constant([1.0, -2.0, 3.0]), tf.constant(0.5), surrogate=True)
     assert declared.verdict == "surrogate" and declared.surrogate.pattern == "scaled gradient reversal"
+
+
+def test_an_error_spread_over_many_elements_still_names_the_worst_one_found():
+    def ramp_wrong(x):
+        # Wrong everywhere by a factor growing with the index: the worst element is the last.
+        factor = 1 + tf.linspace(0.0, 0.5, 5000)
+        return tf.sin(x), lambda upstream: upstream * tf.cos(x) * factor
+
+    report = gradmagic.check(ramp_wrong, tf.constant(np.linspace(-1, 1, 5000).astype(np.float32)))
+    found = problem(report, "fd-mismatch")
+    assert report.numerics.mode == "projection" and "spread over many elements" in found.message
+    assert "the worst element found, x[" in found.message
+    worst = report.numerics.worst[-1]
+    assert worst.index[0] > 4000 and worst.custom / worst.numerical == pytest.approx(
+        1 + 0.5 * worst.index[0] / 4999, rel=1e-2
+    )

@@ -255,9 +255,19 @@ class _Locator:
                 if abs(m) > self.noise
             ]
             if len(carrying) > LOCATED - len(located):
-                return located, self.describe(carrying, len(blocks))
+                worst = self.worst_of(max(carrying, key=lambda entry: abs(entry[1]))[0])
+                return located + [worst], self.describe(carrying, len(blocks))
             pending += carrying
         return located, []
+
+    def worst_of(self, candidates: np.ndarray) -> ElementComparison:
+        """The element carrying the most mismatch among `candidates`: the block carrying the most, split again and
+        again (one call each, log16 of the size), down to one element."""
+        while candidates.size > 1:
+            blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
+            candidates = blocks[int(np.argmax(np.abs(self.measure(self.indicator(*blocks)))))]
+        element = int(candidates[0])
+        return self.comparison(element, float(self.measure(self.indicator([element]))[0]))
 
     def indicator(self, *sets) -> np.ndarray:
         """Weights: one row per set of elements, 1 on the set."""
@@ -341,6 +351,7 @@ def _report_mismatch(
         f"noise floor {noise:.3g})"
     )
     listing = []
+    worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
     if located:
         listed = "; ".join(
             f"{element_label(e.input, e.index)}: {label} {e.custom:.6g}, finite differences {e.numerical:.6g}"
@@ -353,7 +364,12 @@ def _report_mismatch(
         )
     if spread:
         what = "difference" if options.surrogate else "error"
-        listing.append(f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}")
+        listing.append(
+            f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}; the worst "
+            f"element found, {element_label(worst.input, worst.index)}: {label} {worst.custom:.6g}, finite "
+            f"differences {worst.numerical:.6g}"
+        )
+        located.append(worst)
     mistake_hint = ""
     with np.errstate(all="ignore"):
         ratios = predicted / differences
