@@ -193,3 +193,25 @@ def test_an_error_spread_over_many_elements_still_names_the_worst_one_found():
     assert worst.index[0] > 4000 and worst.custom / worst.numerical == pytest.approx(
         1 + 0.5 * worst.index[0] / 4999, rel=1e-2
     )
+
+
+def test_second_order_messages_agree_with_first_order_and_name_a_nested_custom_gradient():
+    @tf.custom_gradient
+    def tripled(v):
+        return 3 * v, lambda dy: 2 * dy  # wrong: should be 3 * dy
+
+    def cube(x):
+        # Right at first order: d(x^3)/dx = 3 x^2 = tripled(x^2). Its derivative goes through tripled's gradient.
+        return x**3, lambda dy: dy * tripled(x * x)
+
+    report = gradmagic.check(cube, tf.constant([1.0, 2.0]), order=2)
+    assert report.codes() == ["second-order-mismatch"]
+    assert "calls a custom-gradient op of its own" in problem(report, "second-order-mismatch").message
+
+    def wrong_cube(x):
+        return x**3, lambda dy: dy * tf.stop_gradient(2 * x * x)  # wrong at first order, and not differentiable
+
+    both = gradmagic.check(wrong_cube, tf.constant([1.0, 2.0]), order=2)
+    assert codes(both)[:2] == ["fd-mismatch", "second-order-mismatch"]
+    message = problem(both, "second-order-mismatch").message
+    assert "already wrong at first order" in message and "is right at this point" not in message

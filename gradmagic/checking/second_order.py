@@ -47,9 +47,32 @@ def compare_second_order(run: CheckRun, layout: Layout) -> None:
         f"Second order: the derivative of the custom gradient (what nested tapes compute) disagrees with finite "
         f"differences of the custom gradient at {int(mismatched.sum())} of {mismatched.size} elements. "
         + "; ".join(listing)
-        + ". The gradient function is right at this point but its own ops do not "
-        "differentiate to the second derivative: compute it from differentiable tensors (not constants or "
-        f"{findings.wording.stop_gradient}), or give it a custom gradient too." + findings.wording.second_order,
+        + ". "
+        + _why(run),
         input=name,
         index=index,
+    )
+
+
+def _why(run: CheckRun) -> str:
+    """What the second-order mismatch says about the gradient function, in agreement with the first order's verdict
+    and with what the gradient function calls."""
+    wording = run.findings.wording
+    if any(problem.code == "fd-mismatch" for problem in run.findings.problems):
+        return (
+            "The gradient function is already wrong at first order here (fd-mismatch): fix that first, its "
+            "derivative follows."
+        )
+    if run.raw_graph is not None and any(
+        op.scope == "backward" and op.meaning == "custom_gradient" for op in run.raw_graph.ops
+    ):
+        return (
+            "The gradient function is right at this point, and it calls a custom-gradient op of its own: nested "
+            "tapes differentiate that op through its custom gradient, which is what disagrees. Check that op "
+            "(`gradmagic.check` or %gradcheck on it) at the values the gradient function gives it."
+        )
+    return (
+        "The gradient function is right at this point but its own ops do not differentiate to the second "
+        f"derivative: compute it from differentiable tensors (not constants or {wording.stop_gradient}), or give it "
+        "a custom gradient too." + wording.second_order
     )

@@ -82,7 +82,9 @@ def forward_ops(graph: RawGraph | None) -> frozenset[str] | None:
     if graph is None:
         return None
     return frozenset(
-        op.meaning or OTHER for op in graph.ops if op.scope == "forward" and (op.kind == "op" or op.meaning)
+        op.meaning or OTHER
+        for op in graph.ops
+        if op.scope == "forward" and (op.kind == "op" or op.meaning) and op.meaning != "custom_gradient"
     )
 
 

@@ -62,5 +62,13 @@ def raw_op(op, filename: str | None, placeholders: dict, variables: dict, scopes
         lines[-1] if lines else None,
         tuple(range(len(op.outputs))) if kind == "passthrough" else (),
         label,
-        _MEANINGS.get(op.type),
+        "custom_gradient" if _has_custom_gradient(op) else _MEANINGS.get(op.type),
     )
+
+
+def _has_custom_gradient(op) -> bool:
+    """Whether `op` is where a tf.custom_gradient op takes its gradient (an IdentityN whose gradient is overridden)."""
+    try:
+        return op.type == "IdentityN" and op.get_attr("_gradient_op_type").startswith(b"CustomGradient")
+    except (ValueError, AttributeError):  # no such attribute
+        return False
