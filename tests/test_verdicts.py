@@ -215,3 +215,23 @@ def test_second_order_messages_agree_with_first_order_and_name_a_nested_custom_g
     assert codes(both)[:2] == ["fd-mismatch", "second-order-mismatch"]
     message = problem(both, "second-order-mismatch").message
     assert "already wrong at first order" in message and "is right at this point" not in message
+
+
+def test_a_gradient_function_with_side_effects_is_noticed_and_its_state_put_back():
+    calls = tf.Variable(0.0)
+    seen = []
+
+    def counted(x):
+        def grad(upstream):
+            calls.assign_add(1.0)
+            seen.append(1)
+            return upstream * 2 * x
+
+        return x * x, grad
+
+    report = gradmagic.check(counted, tf.constant([1.0, 2.0]))
+    found = problem(report, "grad-side-effect")
+    assert found.severity == "warning" and "`calls` (assigned)" in found.message and "`seen` (changed)" in found.message
+    assert "put it back" in found.message
+    assert float(calls.numpy()) == 0.0 and seen == []
+    assert report.verdict == "warn"

@@ -63,6 +63,8 @@ def check(
         if options.numbers and not run.failed:
             with run.phase("finite differences", 0.45, timing="numerics"):
                 compare_numbers(run)
+        if run.state is not None:  # the gradient function changed state again in the calls since: put it back
+            run.state.restore()
         return run.report()
 
 

@@ -19,6 +19,7 @@ from gradmagic.checking.differences import Axis
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.linearity import ROWS, Linearity
 from gradmagic.checking.options import CheckOptions
+from gradmagic.checking.side_effects import StateWatch
 from gradmagic.frameworks.base import Adapter, Layout, RawGraph, Target, TensorMeta, Vjps
 from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
 
@@ -102,6 +103,8 @@ class CheckRun:
     sweep: Sweep | None = None
     own_precision: OwnPrecision | None = None  # taken once, compared with the trial, judged for linearity, reused
     linearity: Linearity | None = None
+    #: What the gradient function can reach, when it changed some of it: put back again at the end of the check.
+    state: StateWatch | None = None
 
     @property
     def failed(self) -> bool:

@@ -16,6 +16,7 @@ import numpy as np
 
 from gradmagic.checking.findings import LISTED, Findings, identifier, listing, plural
 from gradmagic.checking.run import CheckRun, Trial
+from gradmagic.checking.side_effects import StateWatch
 from gradmagic.checking.source_lines import error_line, first_line, return_line, returned_names
 from gradmagic.frameworks.base import Adapter, OpProblem, TensorMeta
 from gradmagic.report import TensorRow
@@ -98,6 +99,7 @@ def check_structure(run: CheckRun) -> None:
     arguments, keywords = _gradient_call(adapter, inputs.structure, result[0], upstreams, variables)
     if adapter.convention.signature_checked and not _accepts_call(run, grad_fn, arguments, keywords):
         return
+    watch = StateWatch(adapter, grad_fn)
     try:
         returned = adapter.call_gradient(grad_fn, arguments, keywords)
     except Exception as error:  # the user's gradient function
@@ -108,6 +110,8 @@ def check_structure(run: CheckRun) -> None:
             line=error_line(error, target, findings.wording),
         )
         return
+    finally:
+        _side_effects(run, watch, grad_fn)
     line = first_line(grad_fn)
     if variables:
         returned = _split_variable_gradients(run, trial, returned, line)
@@ -138,6 +142,26 @@ def _distinct(names: list[str]) -> list[str]:
             name = f"{name}#{seen[name]}"
         distinct.append(name)
     return distinct
+
+
+def _side_effects(run: CheckRun, watch: StateWatch, grad_fn: Any) -> None:
+    """grad-side-effect (warning): the gradient function changed state it can reach; put back, and named."""
+    changed = watch.changed()
+    if not changed:
+        return
+    run.state = watch
+    restored = watch.restore()
+    what = ", ".join(f"`{name}` ({'assigned' if kind == 'variable' else 'changed'})" for name, kind in changed)
+    run.findings.add(
+        "grad-side-effect",
+        "warning",
+        f"The gradient function changes state: {what}. A framework calls it once per gradient taken, again in every "
+        "trace of a compiled function, and not at all when no gradient is asked for, so such state counts nothing "
+        "reliable. "
+        + ("gradmagic put it back after each call it made. " if restored else "")
+        + "Compute gradients only; keep state in the forward, or outside the op.",
+        line=first_line(grad_fn),
+    )
 
 
 def _fits_convention(run: CheckRun, outputs: list, output_names: list[str], variable_names: list[str], grad_fn) -> bool:

@@ -282,6 +282,11 @@ class Adapter(abc.ABC):
         """Run `call()`, the raw forward, as the framework runs it inside the op (eagerly; in graph mode: built and
         run); what it returned, the variables it read (minus `exclude`), and whether it narrows float64."""
 
+    def assign(self, variable: Any, value: np.ndarray) -> None:
+        """Set a variable of the user's to `value` (state a gradient function changed, put back); NotImplementedError
+        where the adapter cannot (graph mode: the user's values live in their session)."""
+        variable.assign(value)
+
     def call_gradient(self, grad_fn: Callable, args: list, kwargs: dict) -> Any:
         """What `grad_fn(*args, **kwargs)` returns, computed: errors the gradient function raises only when its
         ops run (graph mode) are raised here."""

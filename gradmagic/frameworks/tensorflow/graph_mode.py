@@ -113,6 +113,9 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         tf.custom_gradient passes them in graph mode."""
         return ForwardRun(*self._here.run_forward(call, exclude))
 
+    def assign(self, variable: Any, value: np.ndarray) -> None:
+        raise NotImplementedError("graph mode: the user's variables hold their values in the user's session")
+
     def call_gradient(self, grad_fn: Callable, args: list, kwargs: dict) -> Any:
         returned = grad_fn(*args, **kwargs)
         self._here.evaluate([t for t in tf.nest.flatten(returned) if isinstance(t, tf.Tensor)])
