@@ -158,13 +158,14 @@ def test_finite_differences_take_as_many_session_runs_as_the_eager_path_takes_co
     assert result["60"]["elements"] == 60
     # Per phase, whatever the size: the structure checks run the forward and the gradient function (2, as the eager
     # path calls them); tf.gradients through the op (1, a tf.function call eagerly); the finite differences: whether
-    # the forward keeps float64 (1), then all 2N+1 evaluations with the custom and autodiff Jacobians in float64 (1)
-    # and the Jacobians at the op's own precision (1), as the eager path's two compiled calls; the sweep (2).
-    expected = {"structure": 2, "tf.compat.v1 Session": 1, "graph": 0, "finite differences": 3, "sweep": 2}
+    # the forward keeps float64 (1), the precision it really computes in, measured (1), then all 2N+1 evaluations with
+    # the custom and autodiff Jacobians in float64 (1) and the Jacobians at the op's own precision (1), as the eager
+    # path's compiled calls; the sweep (2).
+    expected = {"structure": 2, "tf.compat.v1 Session": 1, "graph": 0, "finite differences": 4, "sweep": 2}
     assert result["3"]["phases"] == expected
     assert result["60"]["phases"] == expected
     # Checked again at other values of the same shape: what was built is run again, and whether the forward keeps
-    # float64 is known.
+    # float64, and its precision, are known.
     assert result["again"] == {**expected, "finite differences": 2}
 
 

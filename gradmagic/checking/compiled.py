@@ -42,11 +42,11 @@ def compare_compiled(run: CheckRun) -> None:
     adapter, trial, layout, findings = run.adapter, run.trial, run.layout, run.findings
     wording = findings.wording
     eager_outputs = [output for output, meta in zip(trial.outputs, trial.output_metas) if meta.floating]
-    eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
-    for what, eager, compiled, axis in (
-        ("output", eager_outputs, run.own_precision.outputs, run.rows),
-        ("gradient", eager_gradients, run.own_precision.trial_gradient, run.columns),
-    ):
+    compared = [("output", eager_outputs, run.own_precision.outputs, run.rows)]
+    if trial.gradients is not None:  # a composite has no gradient function of its own to call directly
+        eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
+        compared.append(("gradient", eager_gradients, run.own_precision.trial_gradient, run.columns))
+    for what, eager, compiled, axis in compared:
         for position, (value, start, stop) in enumerate(zip(eager, axis.offsets, axis.offsets[1:])):
             in_graph = compiled[start:stop]
             value = np.zeros_like(in_graph) if value is None else np.ravel(adapter.to_numpy(value))

@@ -58,6 +58,11 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return buffer[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+def coarser(dtype: str, other: str | None) -> str:
+    """Of two precisions, the one with the larger machine epsilon (`dtype` when `other` is None)."""
+    return other if other is not None and machine_epsilon(other) > machine_epsilon(dtype) else dtype
+
+
 def machine_epsilon(dtype: str) -> float:
     return EPSILONS.get(dtype, EPSILONS["float32"])
 
@@ -98,12 +103,15 @@ def central_points(z: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return np.concatenate([z[None], z[None] + identity, z[None] - identity])
 
 
-def central_differences(plus: np.ndarray, minus: np.ndarray, custom: np.ndarray, steps: np.ndarray, rtol, atol):
+def central_differences(
+    plus: np.ndarray, minus: np.ndarray, custom: np.ndarray, steps: np.ndarray, rtol, atol, epsilon: float | None = None
+):
     """Central differences and the scale-aware error of `custom` against them, in the [N, M] layout.
 
     `plus` and `minus` hold f(z + h_i e_i) and f(z - h_i e_i), row i for
     element i; `custom` is the [M, N] Jacobian to judge. The tolerance adds
-    the rounding of the differences themselves to atol and rtol; an error
+    the rounding of the differences themselves (at `epsilon`, the op's
+    precision; `plus`'s dtype's by default) to atol and rtol; an error
     above 1 is a mismatch. In-place arithmetic: N x M entries. Returns
     (numerical, tolerance, error), each [N, M].
     """
@@ -114,7 +122,8 @@ def central_differences(plus: np.ndarray, minus: np.ndarray, custom: np.ndarray,
         numerical_t /= 2 * h
         tolerance_t = np.abs(plus)
         tolerance_t += np.abs(minus)
-        tolerance_t *= 10 * np.finfo(plus.dtype).eps / (2 * h)  # the rounding of the differences
+        rounding = np.finfo(plus.dtype).eps if epsilon is None else epsilon
+        tolerance_t *= 10 * rounding / (2 * h)  # the rounding of the differences
         tolerance_t += rtol * np.maximum(np.abs(custom_t), np.abs(numerical_t))
         tolerance_t += atol
         error_t = np.subtract(custom_t, numerical_t)

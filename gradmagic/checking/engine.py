@@ -151,6 +151,7 @@ def _nothing_to_compare(run: CheckRun) -> str | None:
 def _compare_in_best_precision(run: CheckRun, full: bool) -> Layout:
     """The comparison in float64 where the op accepts it, else in its own precision; the layout it ran in."""
     precise = precision.in_float64(run) if run.options.float64 else run.layout
+    precise = _measure_precision(run, precise)
     problems = len(run.findings.problems)
     try:
         _compare(run, precise, full)
@@ -164,6 +165,27 @@ def _compare_in_best_precision(run: CheckRun, full: bool) -> Layout:
         precise = run.layout
         _compare(run, precise, full)
     return precise
+
+
+def _measure_precision(run: CheckRun, layout: Layout) -> Layout:
+    """The layout finite differences run in, once the op's real precision there is measured (`run.effective`):
+    float64 inputs cast up from the op's own precision are dropped when it computes narrower inside anyway."""
+    declared = str(run.z(layout).dtype)
+    measured = precision.effective(run, layout)
+    if measured == declared:
+        return layout
+    if layout is not run.layout:  # cast up by gradmagic: the op's own precision serves as well
+        precision.refuse_float64(run)
+        return run.layout
+    run.effective = measured
+    run.findings.add(
+        "precision-measured",
+        "info",
+        f"`{run.findings.name}` takes and returns {declared} but computes with {measured} precision inside (measured: "
+        f"its finite differences at {declared} steps are {measured} rounding). Steps and tolerances are those of "
+        f"{measured}; a bug smaller than {measured}'s tolerance cannot be seen here.",
+    )
+    return layout
 
 
 def _compare(run: CheckRun, layout: Layout, full: bool) -> None:

@@ -17,6 +17,7 @@ from gradmagic.checking.differences import (
     Axis,
     central_differences,
     judge,
+    machine_epsilon,
     relative_step,
     steps_for,
     tolerances,
@@ -47,7 +48,7 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     adapter, target, options, findings = run.adapter, run.target, run.options, run.findings
     columns, rows = run.columns, run.rows
     z = run.z(layout)
-    dtype = str(z.dtype)
+    dtype = run.fd_dtype(z)
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
     plus, minus = adapter.evaluate(target, layout, np.diag(steps), signs=(1.0, -1.0))
@@ -59,7 +60,9 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     n = z.size
     center = precise.outputs[0]
     h = steps[:, None]
-    numerical_t, tolerance_t, error_t = central_differences(plus, minus, custom, steps, rtol, atol)
+    numerical_t, tolerance_t, error_t = central_differences(
+        plus, minus, custom, steps, rtol, atol, machine_epsilon(dtype)
+    )
     with np.errstate(all="ignore"):
         # One-sided slopes differ by |f(z+h) + f(z-h) - 2 f(z)| / h: h * f'' when smooth, the slope jump at a kink.
         jump_t = np.add(plus, minus)

@@ -74,7 +74,8 @@ def judge(gradients: np.ndarray) -> Linearity:
 
 
 def close(value: np.ndarray, expected: np.ndarray) -> bool:
-    """Equal up to the square root of the precision, relative to the larger of the two."""
+    """Equal up to the square root of the precision (float32's at least: an op may compute in float32 inside and
+    return float64, and a gradient that is not linear is off by far more), relative to the larger of the two."""
     scale = max(float(np.max(np.abs(expected), initial=0)), float(np.max(np.abs(value), initial=0)), 1e-30)
-    precision = max(float(np.finfo(value.dtype).eps), float(np.finfo(expected.dtype).eps)) ** 0.5
+    precision = max(float(np.finfo(value.dtype).eps), float(np.finfo(expected.dtype).eps), 2.0**-23) ** 0.5
     return bool(np.all(np.abs(value - expected) <= precision * scale))

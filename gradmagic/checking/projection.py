@@ -54,6 +54,13 @@ BLOCKS = 16
 MAX_BASE = 1024
 #: Points evaluated in one call, in elements of z: bounds the memory of a measurement at millions of elements.
 CALL_ELEMENTS = 2**23
+#: A single element whose gradient may be off by more than this (relative) unseen is noted; by more than the second,
+#: a warning.
+SINGLE_ELEMENT_NOTE = 0.01
+SINGLE_ELEMENT_WARNING = 0.1
+#: Outputs evaluated, in all, by the block probes that look for a single wrong element (`_Blocks`), and per call.
+BLOCK_BUDGET = 2**25
+BLOCK_CALL_VALUES = 2**22
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ class Prober:
         self.custom = vjps.custom[0, 0]
         self.autodiff = None if vjps.autodiff is None else vjps.autodiff[0, 0]
         # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
-        terms = machine_epsilon(str(self.z.dtype)) * np.abs(self.upstream_vector * vjps.outputs[0])
+        terms = machine_epsilon(run.fd_dtype(self.z)) * np.abs(self.upstream_vector * vjps.outputs[0])
         self.rounding = (float(terms.sum()), float(np.sqrt(np.square(terms).sum())))
 
     def direction(self, row: int, element: int) -> float:
@@ -123,7 +130,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     options, findings = run.options, run.findings
     probes = options.probes
     z = run.z(layout)
-    dtype = str(z.dtype)
+    dtype = run.fd_dtype(z)
     epsilon = machine_epsilon(dtype)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
     prober = Prober(run, layout, steps, random_signs(options.seed, probes, z.size))
@@ -169,6 +176,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
 
     located: list[ElementComparison] = []
+    max_error = float(np.nanmax(error)) / threshold
     if failing.any():
         worst = int(np.nanargmax(np.where(np.isfinite(error), error, np.inf)))
         noise_of = lambda relative: (relative + EPSILON_FLOOR * epsilon) * scale[worst]  # noqa: E731
@@ -194,8 +202,31 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
             differences,
             true_zero=bool(np.all(np.abs(differences) <= threshold * measured.magnitude[:probes])),
         )
-    elif options.surrogate and noise_floor <= UNJUDGEABLE_NOISE:
-        surrogate.report_declared_match(findings)
+    else:
+        seen = threshold * float(np.min(scale))
+        if noise_floor <= UNJUDGEABLE_NOISE and _resolution(prober, seen)[0] > SINGLE_ELEMENT_WARNING:
+            blocks = _Blocks(prober, relative_truncation, epsilon, threshold)
+            located, seen = blocks.run(_resolution(prober, seen)[0])
+            if located:
+                _report_mismatch(
+                    run,
+                    layout,
+                    prober,
+                    blocks.failing,
+                    blocks.worst_relative,
+                    noise_floor,
+                    located,
+                    [],
+                    blocks.predicted,
+                    blocks.differences,
+                    true_zero=False,
+                    directions="random directions, each over one block of the elements",
+                )
+                max_error = max(max_error, blocks.worst_error)
+        if not located:
+            if options.surrogate and noise_floor <= UNJUDGEABLE_NOISE:
+                surrogate.report_declared_match(findings)
+            _report_resolution(run, layout, prober, seen, dtype, rtol)
     _report_autodiff(run, layout, prober)
     return Numerics(
         mode="projection",
@@ -204,11 +235,139 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
         atol=atol,
         eps=options.eps if options.eps is not None else epsilon ** (1 / 3),
         elements=int(z.size),
-        max_error=float(np.nanmax(error)) / threshold,
+        max_error=max_error,
         probes=probes,
         noise_floor=noise_floor,
         worst=tuple(located),
     )
+
+
+def _resolution(prober: Prober, seen: float) -> tuple[float, float]:
+    """How far one element's gradient could be off (relative) and not show, for a typical element and at the largest
+    gradients. A probe sees an error e at element i as e * |g_i d_i|, against `seen`, the smallest mismatch any probe
+    tells from noise: errors spread over many elements add up, one element's does not."""
+    magnitude = np.abs(prober.custom) * prober.steps
+    nonzero = magnitude[magnitude > 0]
+    if not nonzero.size:
+        return 0.0, 0.0
+    return seen / float(np.median(nonzero)), seen / float(nonzero.max())
+
+
+def _report_resolution(run: CheckRun, layout: Layout, prober: Prober, seen: float, dtype: str, rtol: float) -> None:
+    """`projection-resolution`: how far one element's gradient could be off and not show, where that is more than the
+    tolerance."""
+    typical, best = _resolution(prober, seen)
+    if typical <= max(rtol, SINGLE_ELEMENT_NOTE):
+        return
+    options, columns = run.options, run.columns
+    z_size = prober.z.size
+    refused = options.float64 and dtype != "float64" and layout is run.layout
+    if dtype == "float64":
+        remedy = ""
+    elif run.effective is not None:
+        remedy = f" (this op computes in {dtype} inside: float64 inputs do not help)"
+    elif refused:
+        remedy = " (this op does not run in float64: it mixes in float32 constants or variables)"
+    else:
+        remedy = " or in float64"
+    parts = ", ".join(f"`{name}`" for name in columns.names)
+    run.findings.add(
+        "projection-resolution",
+        "warning" if typical > SINGLE_ELEMENT_WARNING else "info",
+        f"At {z_size:,} {dtype} elements, projection mode rules out errors spread over the gradient, but not every "
+        f"single element's: one element of {parts} whose gradient is off by less than {_percent(typical)} (a typical "
+        f"element; {_percent(best)} at the largest gradients) would not show, {dtype} rounding over this many "
+        f"elements hides it. To judge every element on its own, check in full mode (full_threshold={z_size}, "
+        f"{z_size:,} evaluations){remedy}, or at fewer elements.",
+    )
+
+
+class _Blocks:
+    """Probes restricted to blocks of elements, for errors at a single element that rounding over all of them hides.
+
+    Each output of the forward is compared in float64 after the call, so outputs a block does not move cancel
+    exactly and the rounding is that of the block's outputs: the resolution improves with the number of blocks,
+    as far as the budget of evaluated outputs allows. A failing block is then measured element by element.
+    """
+
+    def __init__(self, prober: Prober, relative_truncation: float, epsilon: float, threshold: float):
+        self.prober, self.truncation, self.epsilon, self.threshold = prober, relative_truncation, epsilon, threshold
+        self.upstream = prober.upstream_vector.astype(np.float64)
+        self.failing = np.zeros(0, bool)
+        self.worst_error = self.worst_relative = 0.0
+        self.predicted = self.differences = np.zeros(0)
+
+    def measure(self, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(u . J d, g . d, the noise of the first) for each row of `directions`, outputs compared in float64."""
+        prober, count = self.prober, len(directions)
+        differences, rounding, sums = np.empty(count), np.empty(count), np.empty(count)
+        batch = max(1, BLOCK_CALL_VALUES // max(1, self.upstream.size))
+        for start in range(0, count, batch):
+            part = slice(start, start + batch)
+            plus, minus = prober.run.adapter.evaluate(
+                prober.run.target, prober.layout, directions[part], signs=(1.0, -1.0)
+            ).astype(np.float64)
+            moved = plus != minus
+            differences[part] = ((plus - minus) @ self.upstream) / 2
+            sums[part] = (plus + minus) @ self.upstream / 2
+            rounding[part] = (np.where(moved, np.abs(plus) + np.abs(minus), 0) @ np.abs(self.upstream)) / 2
+        self.sums, self.centre = sums, sums[0]  # (u . f(z + d) + u . f(z - d)) / 2; u . f(z) for a zero first row
+        return differences, directions @ prober.custom.astype(np.float64), self.epsilon * rounding
+
+    def run(self, resolution: float) -> tuple[list[ElementComparison], float]:
+        """The wrong elements found, and the smallest mismatch the probes told from noise (for the resolution)."""
+        prober = self.prober
+        size, outputs = prober.z.size, max(1, self.upstream.size)
+        wanted = int(np.ceil(resolution / (SINGLE_ELEMENT_WARNING / 2)))  # blocks for the resolution wanted
+        count = int(min(size, wanted, max(1, BLOCK_BUDGET // (2 * outputs))))
+        edges = np.linspace(0, size, count + 1).astype(int)
+        directions = np.zeros((count, size), np.float64)
+        for row, (start, stop) in enumerate(zip(edges, edges[1:])):
+            directions[row, start:stop] = prober.signed_steps[0, start:stop]
+        differences, predicted, rounding = self.measure(directions.astype(prober.z.dtype))
+        scale = np.abs(directions) @ np.abs(prober.custom.astype(np.float64)) + np.abs(differences)
+        with np.errstate(all="ignore"):
+            noise = self.truncation + 1.5 * rounding / scale
+            allowed = NOISE_MARGIN * noise + EPSILON_FLOOR * self.epsilon
+            error = np.abs(differences - predicted) / scale
+        self.failing = ~(error <= allowed)
+        self.predicted, self.differences = predicted, differences
+        self.worst_error = float(np.nanmax(error / allowed)) if error.size else 0.0  # of the tolerance
+        self.worst_relative = float(np.nanmax(error)) if error.size else 0.0
+        located: list[ElementComparison] = []
+        for row in np.argsort(-np.nan_to_num(error / allowed, nan=np.inf)):
+            if not self.failing[row] or len(located) >= LOCATED:
+                break
+            located += self._elements(range(edges[row], edges[row + 1]), allowed[row] * scale[row])
+        # One element off by e shows as e * |g_i d_i| in its block: seen against the block's allowed mismatch.
+        return located, float(np.nanmin(allowed * scale)) if count else np.inf
+
+    def _elements(self, elements: range, allowed: float) -> list[ElementComparison]:
+        """Each element of a failing block along its own step: those whose gradient disagrees, worst first."""
+        prober = self.prober
+        directions = np.zeros((len(elements) + 1, prober.z.size), prober.z.dtype)  # row 0: the centre, f(z)
+        directions[1 + np.arange(len(elements)), list(elements)] = prober.steps[list(elements)]
+        differences, predicted, _ = self.measure(directions)
+        centre, differences, predicted = self.centre, differences[1:], predicted[1:]
+        steps = prober.steps[list(elements)].astype(np.float64)
+        # One-sided slopes differ by h f'' where smooth; at a kink (a ReLU at zero) by the slope's jump: left out,
+        # as full mode leaves such elements out of the comparison.
+        kink = np.abs(self.sums[1:] - centre) > allowed
+        wrong = (np.abs(differences - predicted) > allowed) & ~kink
+        found = []
+        for k in np.argsort(-np.abs(differences - predicted)):
+            if not wrong[k]:
+                break
+            name, index = prober.run.columns.label(elements[k])
+            autodiff = None if prober.autodiff is None else float(prober.autodiff[elements[k]])
+            custom, numerical = float(prober.custom[elements[k]]), float(differences[k] / steps[k])
+            error = abs(custom - numerical) * steps[k] / allowed
+            found.append(ElementComparison(name, index, None, None, custom, numerical, autodiff, error))
+        return found[:LOCATED]
+
+
+def _percent(relative: float) -> str:
+    return f"{relative:.0%}" if relative >= 0.01 else f"{relative:.2g} (relative)"
 
 
 def random_signs(seed: int, rows: int, size: int) -> np.ndarray:
@@ -342,12 +501,13 @@ def _report_mismatch(
     predicted,
     differences,
     true_zero: bool,
+    directions: str = "random directions",
 ) -> None:
     """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py)."""
     options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
     label = "surrogate" if options.surrogate else "custom"
     where = (
-        f"along {int(failing.sum())} of {failing.size} random directions (relative error {error:.3g}, measured "
+        f"along {int(failing.sum())} of {failing.size} {directions} (relative error {error:.3g}, measured "
         f"noise floor {noise:.3g})"
     )
     listing = []
@@ -385,7 +545,7 @@ def _report_mismatch(
     )
     note = ""
     if options.surrogate:
-        rtol, atol = tolerances(str(prober.custom.dtype), options.rtol, options.atol)
+        rtol, atol = tolerances(run.fd_dtype(prober.custom), options.rtol, options.atol)
         if located:
             values = np.array([[e.custom, e.numerical, np.nan if e.autodiff is None else e.autodiff] for e in located])
             custom, numerical, autodiff = values.T

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradmagic.checking.differences import Axis
+from gradmagic.checking.differences import Axis, coarser
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.linearity import ROWS, Linearity
 from gradmagic.checking.options import CheckOptions
@@ -101,6 +101,9 @@ class CheckRun:
     graph: Graph | None = None
     numerics: Numerics | None = None  # None until the numbers phase ran (or why it did not is said, `report`)
     sweep: Sweep | None = None
+    #: The float the op computes in where the finite differences run, measured (`precision.effective`) when it is
+    #: coarser than z's dtype there; steps and tolerances follow it.
+    effective: str | None = None
     own_precision: OwnPrecision | None = None  # taken once, compared with the trial, judged for linearity, reused
     linearity: Linearity | None = None
     #: What the gradient function can reach, when it changed some of it: put back again at the end of the check.
@@ -131,11 +134,16 @@ class CheckRun:
         return np.concatenate([part.astype(dtype) for part in parts]) if parts else np.zeros(0, dtype)
 
     def dtypes_and_sizes(self, layout: Layout) -> tuple[list[str], list[int]]:
-        """The dtype and size of each part of z (the perturbable inputs, then the variables)."""
+        """The dtype and size of each part of z (the perturbable inputs, then the variables), a dtype coarsened to
+        the op's measured precision (`effective`)."""
         metas = [self.adapter.meta(leaf) for leaf in layout.perturbed] + [
             self.adapter.meta(v) for v in layout.variables
         ]
-        return [meta.dtype for meta in metas], [meta.size for meta in metas]
+        return [coarser(meta.dtype, self.effective) for meta in metas], [meta.size for meta in metas]
+
+    def fd_dtype(self, z: np.ndarray) -> str:
+        """The precision finite differences over z are judged in: z's dtype, or the op's coarser measured one."""
+        return coarser(str(z.dtype), self.effective)
 
     def _why_no_numbers(self) -> str:
         """Why no gradient value was compared, when the numbers phase did not run."""

@@ -19,7 +19,7 @@ def compare_second_order(run: CheckRun, layout: Layout) -> None:
     """`second-order-mismatch` where the derivative of the custom gradient disagrees with its finite differences."""
     adapter, target, options, findings, columns = run.adapter, run.target, run.options, run.findings, run.columns
     z = run.z(layout)
-    rtol, atol = tolerances(str(z.dtype), options.rtol, options.atol)
+    rtol, atol = tolerances(run.fd_dtype(z), options.rtol, options.atol)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
     upstream = np.random.default_rng(options.seed).standard_normal(run.rows.size).astype(z.dtype)
     evaluations = adapter.vjps(target, layout, central_points(z, steps), upstream[None], autodiff=False).custom[:, 0]

@@ -18,7 +18,7 @@ from gradmagic.checking.findings import LISTED, Findings, identifier, listing, p
 from gradmagic.checking.run import CheckRun, Trial
 from gradmagic.checking.side_effects import StateWatch
 from gradmagic.checking.source_lines import error_line, first_line, return_line, returned_names
-from gradmagic.frameworks.base import Adapter, OpProblem, TensorMeta
+from gradmagic.frameworks.base import Adapter, ForwardRun, OpProblem, TensorMeta
 from gradmagic.report import TensorRow
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
@@ -47,53 +47,30 @@ def check_structure(run: CheckRun) -> None:
         )
         return
     result, variables = forward.result, forward.variables
-    if not _returns_outputs_and_grad(run, result):
-        return
-    outputs, paths = adapter.flatten(result[0])
-    output_names = [f"output{path}" for path in paths]
-    output_metas = []
-    for name, output in zip(output_names, outputs):
-        meta = adapter.meta(output)
-        if meta is None:
-            findings.add(
-                "return-structure",
-                "error",
-                f"`{target.name}` returns a {type(output).__name__} as {name}; the outputs must be tensors.",
-                output=name,
-            )
+    composite = target.origin == "composite" or (target.origin == "plain" and not _attempts_pair(result))
+    if composite:
+        if not _as_composite(run, forward):
             return
-        output_metas.append(meta)
-        findings.rows.append(TensorRow("output", name, meta.shape, meta.dtype))
-        _check_finite(
-            adapter,
-            output,
-            meta,
-            "nonfinite-output",
-            f"The forward's {name}",
-            findings,
-            output=name,
-            severity="warning",
-            advice=" The forward overflows or divides by zero there (in the op's own precision); a stable "
-            f"form of the forward avoids it (e.g. {findings.wording.softplus} for log(1 + exp(x))).",
-        )
-
-    grad_fn = result[1]
+        target = run.target
+    elif not _returns_outputs_and_grad(run, result):
+        return
+    named = _outputs(run, result if composite else result[0])
+    if named is None:
+        return
+    outputs, output_names, output_metas = named
     variable_metas = [adapter.meta(v) for v in variables]
     variable_names = _distinct([meta.name for meta in variable_metas])
     for name, meta in zip(variable_names, variable_metas):
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
+    if composite:  # the framework takes the gradient: no gradient function of the user's to call
+        run.trial = Trial(
+            outputs, output_names, output_metas, variables, variable_names, _upstreams(run, output_names, output_metas)
+        )
+        return
+    grad_fn = result[1]
     if not _fits_convention(run, outputs, output_names, variable_names, grad_fn):
         return
-
-    rng = np.random.default_rng(run.options.seed)
-    upstreams = [
-        adapter.constant(
-            rng.random(meta.shape, dtype=np.float32) * 2 - 1 if meta.floating else np.zeros(meta.shape), meta.dtype
-        )
-        for meta in output_metas
-    ]
-    for name, meta in zip(output_names, output_metas):
-        findings.rows.append(TensorRow("upstream", f"d{name}", meta.shape, meta.dtype))
+    upstreams = _upstreams(run, output_names, output_metas)
     trial = Trial(outputs, output_names, output_metas, variables, variable_names, upstreams)
 
     arguments, keywords = _gradient_call(adapter, inputs.structure, result[0], upstreams, variables)
@@ -128,6 +105,107 @@ def check_structure(run: CheckRun) -> None:
         for name, meta, gradient in zip(names, metas, grads):
             _check_gradient(adapter, role, name, meta, gradient, findings, line, [m.shape for m in output_metas])
     run.trial = trial
+
+
+def _outputs(run: CheckRun, structure: Any) -> tuple[list, list[str], list[TensorMeta]] | None:
+    """The forward's flat outputs, their names and metas, recorded in the shapes table (nonfinite ones warned);
+    None after a `return-structure` problem (an output that is not a tensor)."""
+    adapter, findings = run.adapter, run.findings
+    outputs, paths = adapter.flatten(structure)
+    output_names = [f"output{path}" for path in paths]
+    output_metas = []
+    for name, output in zip(output_names, outputs):
+        meta = adapter.meta(output)
+        if meta is None:
+            findings.add(
+                "return-structure",
+                "error",
+                f"`{run.target.name}` returns a {type(output).__name__} as {name}; the outputs must be tensors.",
+                output=name,
+            )
+            return None
+        output_metas.append(meta)
+        findings.rows.append(TensorRow("output", name, meta.shape, meta.dtype))
+        _check_finite(
+            adapter,
+            output,
+            meta,
+            "nonfinite-output",
+            f"The forward's {name}",
+            findings,
+            output=name,
+            severity="warning",
+            advice=" The forward overflows or divides by zero there (in the op's own precision); a stable "
+            f"form of the forward avoids it (e.g. {findings.wording.softplus} for log(1 + exp(x))).",
+        )
+    return outputs, output_names, output_metas
+
+
+def _upstreams(run: CheckRun, output_names: list[str], output_metas: list[TensorMeta]) -> list:
+    """A random upstream gradient per output (zeros for integer outputs), recorded in the shapes table."""
+    rng = np.random.default_rng(run.options.seed)
+    upstreams = [
+        run.adapter.constant(
+            rng.random(meta.shape, dtype=np.float32) * 2 - 1 if meta.floating else np.zeros(meta.shape), meta.dtype
+        )
+        for meta in output_metas
+    ]
+    for name, meta in zip(output_names, output_metas):
+        run.findings.rows.append(TensorRow("upstream", f"d{name}", meta.shape, meta.dtype))
+    return upstreams
+
+
+def _attempts_pair(result: Any) -> bool:
+    """Whether the forward's result is meant as `(outputs, grad_fn)` (rightly or not): a sequence holding a
+    callable or a non-tensor, as against outputs alone."""
+    return isinstance(result, (tuple, list)) and any(callable(value) or value is None for value in result)
+
+
+def _as_composite(run: CheckRun, forward: ForwardRun) -> bool:
+    """A callable that returns outputs, not `(outputs, grad_fn)`: a function reaching custom-gradient ops is checked
+    as one (`run.target` becomes the composite, noted); any other gets `return-structure` saying what was
+    expected."""
+    adapter, target, findings = run.adapter, run.target, run.findings
+    reached = forward.custom_gradients
+    if target.origin == "plain":
+        if reached:
+            try:
+                run.target = adapter.resolve(target.raw, composite=True)
+            except NotImplementedError:
+                reached = None
+        if not reached:
+            findings.add("return-structure", "error", _neither(run, reached, forward.result), line=return_line(target))
+            return False
+    names = listing(list(reached or ())) if reached else "custom-gradient ops"
+    findings.add(
+        "composite",
+        "info",
+        f"`{target.name}` is not a custom-gradient op itself but a function that reaches "
+        f"{plural(len(reached or ()), 'custom-gradient op') if reached else 'custom gradients'} ({names}): its "
+        f"gradient, which {findings.wording.autodiff} takes through their custom gradients, is compared with finite "
+        "differences. Autodiff, here, is the same function with those custom gradients replaced by autodiff of "
+        "their own forwards.",
+    )
+    return True
+
+
+def _neither(run: CheckRun, reached: tuple | None, result: Any) -> str:
+    """What a callable that is neither a custom-gradient op nor reaches one was expected to be."""
+    target, wording = run.target, run.findings.wording
+    meta = run.adapter.meta(result)
+    what = f"a {meta.dtype} tensor of shape {list(meta.shape)}" if meta is not None else _what(result)
+    returned = f"`{target.name}` returns {what}"
+    needs = f"{wording.decorator} needs `(outputs, grad_fn)`: end the function with `return outputs, grad`"
+    if reached is None:
+        return (
+            f"{returned}; {needs}. (On {wording.runs_on}, gradmagic checks custom-gradient ops themselves, not the "
+            "functions that call them: check the op itself.)"
+        )
+    return (
+        f"{returned} and reaches no custom gradient. To define one, {needs}. gradmagic checks a custom-gradient op, "
+        "a function returning `(outputs, grad_fn)`, or a function that calls custom-gradient ops (its gradient "
+        "through them): this is none of these."
+    )
 
 
 def _distinct(names: list[str]) -> list[str]:

@@ -52,7 +52,7 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
 
     z_precise = run.z(precise)
     centres = points.astype(z_precise.dtype)
-    steps = step_sizes(centres, relative_step(str(z_precise.dtype), options.eps))
+    steps = step_sizes(centres, relative_step(run.fd_dtype(z_precise), options.eps))
     shifted = np.zeros((2 * points.size, z_precise.size), z_precise.dtype)
     shifted[:, column] = np.concatenate([centres + steps, centres - steps]) - z_precise[column]
     evaluations = run.adapter.evaluate(run.target, precise, shifted)[0, :, row]
@@ -81,7 +81,7 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
         autodiff=None if vjps.autodiff is None else _floats(vjps.autodiff[:, 0, column]),
         numerical=_floats(numerical),
         dtype=str(z.dtype),
-        numerical_dtype=str(z_precise.dtype),
+        numerical_dtype=run.fd_dtype(z_precise),
         elementwise=elementwise,
         kinks=kinks,
     )

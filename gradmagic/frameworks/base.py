@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
@@ -72,15 +73,25 @@ class GradientConvention:
 class Target:
     """An op resolved for checking: the raw function and the decorated op."""
 
-    raw: Callable  # returns (outputs, grad_fn)
-    op: Callable  # the custom-gradient op
-    origin: str  # "magic" | "decorated" | "plain"
+    raw: Callable  # returns (outputs, grad_fn); for a composite, the callable itself (returns outputs)
+    op: Callable  # the custom-gradient op; for a composite, the callable itself
+    #: "magic" | "decorated" | "plain" (a function returning (outputs, grad_fn), decorated here) | "composite" (a
+    #: differentiable function that reaches custom-gradient ops inside: a wrapper, a layer, `tf.recompute_grad`)
+    origin: str
     name: str
     signature: inspect.Signature | None
     filename: str | None  # where `raw` was written: a cell's linecache name or a file
+    #: A composite's forward with every custom gradient it reaches replaced by autodiff of that op's own forward.
+    without_custom: Callable | None = None
+
+    def outputs_of(self, result: Any) -> Any:
+        """The outputs in what `raw` returned."""
+        return result if self.origin == "composite" else result[0]
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The forward alone, without its custom gradient: what autodiff and finite differences see."""
+        if self.without_custom is not None:
+            return self.without_custom(*args, **kwargs)
         return self.raw(*args, **kwargs)[0]
 
 
@@ -120,6 +131,9 @@ class ForwardRun:
     #: Some float64 value of the forward was computed in a narrower float inside (Keras's `ops.sin` on JAX casts
     #: float64 to float32): finite differences at float64 steps would measure the narrower rounding.
     narrows_float64: bool = False
+    #: The custom-gradient ops the call reached (their functions' names, in order, once each); None where the
+    #: framework cannot tell.
+    custom_gradients: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -209,28 +223,61 @@ class Adapter(abc.ABC):
     def decorate(self, function: Callable) -> Callable:
         """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""
 
-    def resolve(self, op: Callable) -> Target:
-        """The raw function behind `op`: an op made by gradmagic, one decorated by hand, or a plain function
-        returning `(outputs, grad_fn)` (decorated here, once)."""
+    def resolve(self, op: Callable, composite: bool = False) -> Target:
+        """The raw function behind `op`: an op made by gradmagic, one decorated by hand (a function, a bound method,
+        inside `functools.partial` or the framework's compiled-function wrapper), or a plain function returning
+        `(outputs, grad_fn)` (decorated here, once). With `composite`, `op` is taken as a differentiable function
+        that reaches custom-gradient ops inside (NotImplementedError where this adapter cannot check those)."""
+        if composite:
+            without_custom = self._without_custom(op)
+            if without_custom is None:
+                raise NotImplementedError(
+                    f"{self.display_name} checks custom-gradient ops themselves here, not functions that call them"
+                )
+            return self._target(op, op, "composite", op, without_custom)
+        if isinstance(op, functools.partial):
+            inner = self.resolve(op.func)
+            if inner.origin in ("magic", "decorated"):
+                raw = functools.partial(inner.raw, *op.args, **op.keywords)
+                return self._target(raw, op, inner.origin, inner.raw)
         if hasattr(op, "_gradmagic_function"):
-            raw, origin = op._gradmagic_function, "magic"
-        elif (unwrapped := self._unwrap(op)) is not None:
-            raw, origin = unwrapped, "decorated"
+            return self._target(op._gradmagic_function, op, "magic")
+        unwrapped = self._unwrap(op)
+        if unwrapped is not None:
+            raw, origin = unwrapped
+            if origin == "composite":
+                return self.resolve(raw, composite=True)
+            return self._target(raw, op, origin)
+        if isinstance(op, functools.partial) or not hasattr(op, "__name__"):
+            raw = _named(op)
         else:
-            raw, origin = op, "plain"
-            cache, key = cache_of(raw), ("decorated", self.name, self.backend)
-            op = cache.get(key) or cache.setdefault(key, self.decorate(raw))
+            raw = op
+        cache, key = cache_of(raw), ("decorated", self.name, self.backend)
+        decorated = cache.get(key) or cache.setdefault(key, self.decorate(raw))
+        return self._target(raw, decorated, "plain")
+
+    def _target(
+        self, raw: Callable, op: Callable, origin: str, named: Callable | None = None, without_custom=None
+    ) -> Target:
+        named = named or raw
         try:
             signature = inspect.signature(raw)
         except (TypeError, ValueError):
             signature = None
-        code = getattr(raw, "__code__", None)
-        name = getattr(raw, "__name__", type(raw).__name__)
-        return Target(raw, op, origin, name, signature, code.co_filename if code else None)
+        code = getattr(_innermost(named), "__code__", None)
+        name = _name_of(named)
+        return Target(raw, op, origin, name, signature, code.co_filename if code else None, without_custom)
 
     @abc.abstractmethod
-    def _unwrap(self, op: Callable) -> Callable | None:
-        """The user's function inside an op this framework's decorator made, else None."""
+    def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
+        """What an op this framework's decorator made holds: (the user's function, "decorated"), or (a callable to
+        check, "composite") for a wrapper whose gradient comes from custom gradients inside (`tf.recompute_grad`);
+        None for anything else."""
+
+    def _without_custom(self, function: Callable) -> Callable | None:
+        """`function` with each custom gradient it reaches replaced by autodiff of that op's forward (the reference
+        a composite's gradient is compared with); None where the adapter cannot (composites are not checked)."""
+        return None
 
     def check_scope(self, target: Target) -> ContextManager[None]:
         """The context one check of `target` runs in: the engine asks everything else of the adapter inside it.
@@ -338,3 +385,44 @@ def unless_all_nan(values: Any) -> np.ndarray | None:
     """None when a framework could not take autodiff (it fills the result with NaN inside compiled code)."""
     values = np.asarray(values)
     return None if values.size and np.isnan(values).all() else values
+
+
+def _innermost(function: Any) -> Any:
+    """The Python function that locates a callable: a partial's, a bound method's, a callable object's `call` (a
+    Keras layer) or `__call__`."""
+    for _ in range(8):
+        if isinstance(function, functools.partial):
+            function = function.func
+        elif inspect.ismethod(function):
+            function = function.__func__
+        elif hasattr(function, "_gradmagic_wraps"):
+            function = function._gradmagic_wraps
+        elif inspect.isfunction(function) or inspect.isclass(function):
+            break
+        else:
+            function = getattr(function, "call", None) or getattr(type(function), "__call__", function)
+    return function
+
+
+def _name_of(callable_: Any) -> str:
+    """What users call it: a function's name, a callable object's class."""
+    while isinstance(callable_, functools.partial) or hasattr(callable_, "_gradmagic_wraps"):
+        callable_ = getattr(callable_, "_gradmagic_wraps", None) or callable_.func
+    if inspect.isfunction(callable_) or inspect.ismethod(callable_):
+        return callable_.__name__
+    return getattr(callable_, "__name__", type(callable_).__name__)
+
+
+def _named(op: Callable) -> Callable:
+    """A callable without `__name__` (a partial, a callable object) as a function with its name, for decorating."""
+
+    def function(*args, **kwargs):
+        return op(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = _name_of(op)
+    function._gradmagic_wraps = op
+    try:
+        function.__signature__ = inspect.signature(op)
+    except (TypeError, ValueError):
+        pass
+    return function

@@ -66,7 +66,7 @@ class KerasJaxAdapter(KerasAdapter):
     compiled = "jax.jit"
     wording = KERAS_ON_JAX
 
-    def _unwrap(self, op: Callable) -> Callable | None:
+    def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
         """The user's function inside `keras.ops.custom_gradient(f)` (or `jax.custom_gradient(f)`)."""
         if getattr(op, "__qualname__", "") == "custom_gradient.<locals>.fun_with_custom_gradient_wrapper":
             op = closure(op).get("fun_with_custom_gradient")
@@ -74,7 +74,8 @@ class KerasJaxAdapter(KerasAdapter):
             isinstance(op, jax.custom_vjp)
             and getattr(op.fun, "__qualname__", "") == "custom_gradient.<locals>.wrapped_fun"
         ):
-            return closure(op.fun).get("fun")
+            function = closure(op.fun).get("fun")
+            return (function, "decorated") if function is not None else None
         return None
 
     # -- values ---------------------------------------------------------------------------------------------------

@@ -64,8 +64,8 @@ class KerasTorchAdapter(KerasAdapter):
     compiled = "Keras's torch.autograd.Function"
     wording = KERAS_ON_TORCH
 
-    def _unwrap(self, op: Callable) -> Callable | None:
-        return op.forward_fn if isinstance(op, _KERAS_OP) else None
+    def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
+        return (op.forward_fn, "decorated") if isinstance(op, _KERAS_OP) else None
 
     # -- values ---------------------------------------------------------------------------------------------------
 

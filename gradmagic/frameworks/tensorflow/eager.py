@@ -22,7 +22,7 @@ from gradmagic.frameworks.base import (
     Vjps,
     unless_all_nan,
 )
-from gradmagic.frameworks.tensorflow import building, tracing
+from gradmagic.frameworks.tensorflow import building, composite, tracing
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
 
@@ -75,11 +75,11 @@ class TensorFlowAdapter(Adapter):
         custom_gradient_op._gradmagic_function = function
         return custom_gradient_op
 
-    def _unwrap(self, op: Callable) -> Callable | None:
-        decorator = getattr(op, "_tf_decorator", None)
-        if decorator is not None and decorator.decorator_name == "custom_gradient":
-            return decorator.decorated_target
-        return None
+    def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
+        return composite.unwrap(op)
+
+    def _without_custom(self, function: Callable) -> Callable | None:
+        return composite.without_custom(function)
 
     # -- values ---------------------------------------------------------------------------------------------------
 
@@ -111,9 +111,10 @@ class TensorFlowAdapter(Adapter):
     def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
         # The trainable variables a tape watches are those tf.custom_gradient hands to grad_fn. TensorFlow does not
         # mix dtypes implicitly: an explicit tf.cast to float32 shows in the outputs.
-        with tf.GradientTape() as tape:
+        with tf.GradientTape() as tape, composite.custom_gradients(bypass=False) as reached:
             result = call()
-        return ForwardRun(result, [v for v in tape.watched_variables() if not any(v is other for other in exclude)])
+        variables = [v for v in tape.watched_variables() if not any(v is other for other in exclude)]
+        return ForwardRun(result, variables, custom_gradients=composite.once_each(reached))
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
         def compute(inputs, offsets, signs, *upstream):

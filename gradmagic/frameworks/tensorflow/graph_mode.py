@@ -113,6 +113,9 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         tf.custom_gradient passes them in graph mode."""
         return ForwardRun(*self._here.run_forward(call, exclude))
 
+    def _without_custom(self, function: Callable) -> Callable | None:
+        return None  # functions that call custom-gradient ops are checked eagerly
+
     def assign(self, variable: Any, value: np.ndarray) -> None:
         raise NotImplementedError("graph mode: the user's variables hold their values in the user's session")
 

@@ -1,0 +1,95 @@
+"""What a callable is to `tf.custom_gradient`: an op it made (a function, a method bound to an object), one wrapped in
+`tf.function`, or a differentiable function that reaches such ops inside (a wrapper, a Keras layer,
+`tf.recompute_grad`); which custom-gradient ops a call reaches; and a composite's forward with those ops' custom
+gradients replaced by autodiff of their own forwards.
+
+`tf.custom_gradient` (and Keras's `keras.ops.custom_gradient` on TensorFlow, which is it) routes every call of an op
+through two module functions, one for eager calls and one for graph building; while a call runs, they are replaced
+by ones that note the user's function and call through, or call the user's function alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+from tensorflow.python.ops import custom_gradient as _tf_custom_gradient
+
+_DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
+
+
+def is_custom_gradient_op(op: Any) -> bool:
+    """Whether `op` is what `tf.custom_gradient` returns (its `Bind`, also when bound to an object as a method)."""
+    return isinstance(op, _tf_custom_gradient.Bind) and getattr(op._d, "__qualname__", "").startswith(
+        "custom_gradient."
+    )
+
+
+def unwrap(op: Any) -> tuple[Callable, str] | None:
+    """(the user's function, "decorated") for an op `tf.custom_gradient` made, also through `tf.function`;
+    (the callable, "composite") for `tf.recompute_grad(f)`; else None."""
+    while callable(getattr(op, "python_function", None)):  # tf.function: check the Python function it runs
+        op = op.python_function
+    decorator = getattr(op, "_tf_decorator", None)
+    if decorator is None or not is_custom_gradient_op(op):
+        return None
+    if decorator.decorator_name in ("custom_gradient", "__get__"):  # "__get__": a method, bound to its object
+        return decorator.decorated_target, "decorated"
+    return op, "composite"  # tf.recompute_grad and the like: a custom gradient built from the function's autodiff
+
+
+def _describe(function: Callable) -> str:
+    qualname = getattr(function, "__qualname__", "") or ""
+    if qualname.startswith("recompute_grad."):
+        return "tf.recompute_grad"
+    return getattr(function, "__name__", type(function).__name__)
+
+
+def _recomputed(function: Callable) -> Callable | None:
+    """The function `tf.recompute_grad` wraps, when `function` is its custom-gradient inner function."""
+    if not (getattr(function, "__qualname__", "") or "").startswith("recompute_grad."):
+        return None
+    cells = dict(zip(function.__code__.co_freevars, function.__closure__ or ()))
+    return cells["f"].cell_contents if "f" in cells else None
+
+
+@contextlib.contextmanager
+def custom_gradients(bypass: bool) -> Iterator[list[str]]:
+    """Within: the names of the custom-gradient functions called, as a list filled as they are; with `bypass`,
+    each call returns its function's outputs with no custom gradient (autodiff differentiates its forward)."""
+    reached: list[str] = []
+    originals = [getattr(_tf_custom_gradient, name) for name in _DECORATORS]
+
+    def noting(original: Callable) -> Callable:
+        def decorator(function, args, kwargs):
+            reached.append(_describe(function))
+            if not bypass:
+                return original(function, args, kwargs)
+            recomputed = _recomputed(function)
+            if recomputed is not None:  # its own forward runs unrecorded: call the function it recomputes
+                return recomputed(*args, **kwargs)
+            return function(*args, **kwargs)[0]
+
+        return decorator
+
+    for name, original in zip(_DECORATORS, originals):
+        setattr(_tf_custom_gradient, name, noting(original))
+    try:
+        yield reached
+    finally:  # contexts nest (a check inside a check's call): each puts back what it found
+        for name, original in zip(_DECORATORS, originals):
+            setattr(_tf_custom_gradient, name, original)
+
+
+def without_custom(function: Callable) -> Callable:
+    """`function` whose calls reach no custom gradient: each custom-gradient op inside runs its forward alone."""
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with custom_gradients(bypass=True):
+            return function(*args, **kwargs)
+
+    return forward
+
+
+def once_each(names: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
