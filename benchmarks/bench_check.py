@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import gradmagic  # noqa: E402
+from gradmagic.errors import OptionError  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 RNG = np.random.default_rng(0)
@@ -151,10 +152,17 @@ def planted_bugs() -> None:
             None,
         ),
     ]
-    print(f"   {'planted bug':28s} {'gradmagic':40s} compute_gradient")
-    for name, op, inputs, element in bugs:
-        report = gradmagic.check(op, *[tf.constant(x) for x in inputs])
-        caught = [p.code for p in report.problems if p.severity == "error"]
+    bugs += verdict_bugs()
+    print(f"   {'planted bug':36s} {'gradmagic':44s} compute_gradient")
+    for name, op, inputs, element, *options in bugs:
+        try:
+            report = gradmagic.check(op, *[tf.constant(x) for x in inputs], **(options[0] if options else {}))
+        except OptionError as error:
+            print(f"   {name:36s} {'caught: OptionError (' + str(error)[:30] + ')':44s} {_anchor(op, inputs)}")
+            continue
+        caught = [p.code for p in report.problems if p.severity in ("error", "warning")]
+        if report.verdict == "unchecked":
+            caught.append("verdict: not checked")
         where = ""
         if element is not None:
             found = [e.index for e in report.numerics.worst if report.numerics.mode == "projection"] or [
@@ -162,7 +170,7 @@ def planted_bugs() -> None:
             ]
             where = f" at {list(found[0])}" if found and found[0] == element else " NOT LOCATED"
         anchor = _anchor(op, inputs)
-        print(f"   {name:28s} {('caught: ' + ','.join(caught) + where) if caught else 'MISSED':40s} {anchor}")
+        print(f"   {name:36s} {('caught: ' + ','.join(caught) + where) if caught else 'MISSED':44s} {anchor}")
 
     def saturating_sigmoid(x):
         y = tf.sigmoid(x)
@@ -178,6 +186,10 @@ def planted_bugs() -> None:
     ]
     false_alarms = 0
     rows = []
+    for name, op, inputs in verdict_correct():
+        report = gradmagic.check(op, *[tf.constant(x) for x in inputs])
+        false_alarms += not report.ok or any(p.severity == "warning" for p in report.problems)
+        rows.append(f"{name}: {report.verdict} ({report.numerics.mode}, {report.numerics.dtype})")
     for name, function, make in correct:
         for dtype in (np.float32, np.float64):
             for n in (1000, 100_000):
@@ -192,6 +204,104 @@ def planted_bugs() -> None:
         f"   two outputs, correct: gradmagic {report.verdict}; compute_gradient: "
         f"{_anchor(tf.custom_gradient(two_outputs), [np.float32(2.0), np.float32(3.0)])}"
     )
+
+
+def verdict_bugs() -> list:
+    """Issue 18's classes: what a gradient checker trusted too much. (name, op, inputs, element, options)."""
+
+    @tf.custom_gradient
+    def squared_upstream(x):  # right on one-hot upstreams: u * u = u
+        return x * x, lambda dy: dy * dy * 2 * x
+
+    @tf.custom_gradient
+    def clip_undeclared(x):  # TensorFlow's clip_gradients example, not declared a surrogate
+        return tf.identity(x), lambda dy: tf.clip_by_norm(dy, 0.5)
+
+    @tf.custom_gradient
+    def jacobian_not_vjp(x):
+        return 3.0 * x, lambda dy: 3.0 * tf.eye(tf.size(x))  # the Jacobian, not dy times it
+
+    @tf.custom_gradient
+    def complex_wrong(z):
+        return z * z, lambda dy: dy * 3.0 * z  # 2 z: a complex gradient passed before
+
+    def float32_only(n, element):
+        bump = np.ones(n, np.float32)
+        bump[element] = 2.0
+
+        @tf.custom_gradient
+        def leaky(x):  # tf.where with Python floats: refuses float64
+            slope = tf.where(x > 0, 1.0, 0.1)
+            return tf.where(x > 0, x, 0.1 * x), lambda dy: dy * slope * bump
+
+        return leaky
+
+    @tf.custom_gradient
+    def missing_term(x):
+        e = tf.exp(x)
+        return tf.math.log1p(e), lambda dy: dy * e
+
+    class Layer(tf.Module):
+        @tf.custom_gradient
+        def twice(self, x):
+            return 2.0 * x, lambda dy: 3.0 * dy
+
+    counter = tf.Variable(0.0, name="calls")
+
+    @tf.custom_gradient
+    def counting(x):
+        def grad(dy):
+            counter.assign_add(1.0)
+            return dy * tf.cos(x)
+
+        return tf.sin(x), grad
+
+    @tf.custom_gradient
+    def five_thirds(x):
+        return x * x, lambda dy: dy * 2 * x * 5 / 3
+
+    vector = RNG.standard_normal(6).astype(np.float32)
+    return [
+        ("upstream squared (not linear)", squared_upstream, [vector], None),
+        ("clip_by_norm, undeclared", clip_undeclared, [vector], None),
+        ("Jacobian instead of VJP", jacobian_not_vjp, [vector], None),
+        ("complex gradient, wrong", complex_wrong, [vector.astype(np.complex64)], None),
+        (
+            "float32-only op, 1 of 10,000 x2",
+            float32_only(10_000, 4321),
+            [RNG.standard_normal(10_000).astype(np.float32)],
+            (4321,),
+        ),
+        ("lambda around a wrong op", lambda x: missing_term(x) * 2.0, [vector], None),
+        ("tf.function around a wrong op", tf.function(missing_term), [vector], None),
+        ("bound method, wrong", Layer().twice, [vector], None),
+        ("gradient with a side effect", counting, [vector], None),
+        ("5/3 too large, eps=0", five_thirds, [vector], None, {"eps": 0.0}),
+        ("5/3 too large, rtol=-1", five_thirds, [vector], None, {"rtol": -1.0}),
+    ]
+
+
+def verdict_correct() -> list:
+    """Correct ops of issue 18's kinds: none may raise a false alarm. (name, op, inputs)."""
+
+    @tf.custom_gradient
+    def float32_inside(x):  # float64 in and out, float32 inside (as Keras's quantised layers)
+        inside = tf.cast(x, tf.float32)
+        return tf.cast(tf.sin(inside), tf.float64), lambda dy: dy * tf.cast(tf.cos(inside), tf.float64)
+
+    @tf.custom_gradient
+    def softplus(x):
+        e = tf.exp(x)
+        return tf.math.log1p(e), lambda dy: dy * e / (1 + e)
+
+    big = RNG.standard_normal(10_000).astype(np.float32)
+    return [
+        ("float64 op computing in float32, N=7", float32_inside, [np.linspace(-1, 1, 7)]),
+        ("float64 op computing in float32, N=10,000", float32_inside, [big.astype(np.float64)]),
+        ("lambda around an op", lambda x: softplus(x) * 2.0, [big[:50]]),
+        ("tf.recompute_grad", tf.recompute_grad(lambda x: softplus(x) * 2.0), [big[:50]]),
+        ("tf.function around an op", tf.function(softplus), [big]),
+    ]
 
 
 def _anchor(op, inputs) -> str:

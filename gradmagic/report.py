@@ -259,7 +259,7 @@ class OpDescription:
     signature: str
     framework: str
     framework_version: str
-    origin: str  # "magic" | "decorated" | "plain"
+    origin: str  # "magic" | "decorated" | "plain" | "composite"
     mode: str = "eager"  # execution mode the check ran in
     filename: str | None = None
     backend: str | None = None  # Keras 3's backend ("tensorflow", "jax", "torch") when framework is "keras"

@@ -3,12 +3,14 @@ the single-element resolution of projection mode in float32 are measured, never 
 
 import functools
 
+import jsonschema
 import keras
 import numpy as np
 import tensorflow as tf
 from conftest import problem
 
 import gradmagic
+from gradmagic.report import Report, schema
 
 X = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
 
@@ -79,9 +81,15 @@ def test_wrappers_layers_and_recompute_grad_are_checked_through_the_custom_gradi
         if not right:
             mismatch = problem(report, "fd-mismatch")
             assert mismatch.location is not None and mismatch.location.input is not None, name
+        data = report.to_dict()  # the contract with every renderer holds for composites
+        jsonschema.validate(data, schema())
+        assert Report.from_dict(data).op.origin == "composite"
     reached = problem(gradmagic.check(lambda x: softplus_missing_term(x) + 1.0, tf.constant(X)), "composite")
     assert "`softplus_missing_term`" in reached.message and "1 custom-gradient op" in reached.message
-    assert "`tf.recompute_grad`" in problem(gradmagic.check(cases["recompute_grad"][0], tf.constant(X)), "composite").message
+    assert (
+        "`tf.recompute_grad`"
+        in problem(gradmagic.check(cases["recompute_grad"][0], tf.constant(X)), "composite").message
+    )
     assert "`scale`" in problem(gradmagic.check(Scaled(3.0), tf.constant(X)), "composite").message
 
 
@@ -98,9 +106,9 @@ def float32_inside(wrong=1.0):
     @tf.custom_gradient
     def op(x):
         inside = tf.cast(x, tf.float32)
-        return tf.cast(tf.sin(inside) * 3.0, tf.float64), lambda upstream: upstream * tf.cast(
-            tf.cos(inside) * 3.0 * wrong, tf.float64
-        )
+        return tf.cast(
+            tf.sin(inside) * 3.0, tf.float64
+        ), lambda upstream: upstream * tf.cast(tf.cos(inside) * 3.0 * wrong, tf.float64)
 
     return op
 

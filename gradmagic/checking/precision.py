@@ -25,7 +25,6 @@ import weakref
 import numpy as np
 
 from gradmagic.checking.differences import EPSILONS, relative_step
-
 from gradmagic.checking.run import CheckRun, flat_upstream
 from gradmagic.frameworks.base import Layout
 
@@ -85,8 +84,6 @@ LADDER = ("float64", "float32", "bfloat16")
 AGREEMENT = 1e-2
 #: ... or to this many roundings of u . f(z) at the candidate precision, over the smaller step.
 ROUNDINGS = 4
-#: Above this many outputs, the measurement contracts them with the upstream inside the compiled call.
-CONTRACT_ABOVE = 100_000
 
 
 def effective(run: CheckRun, layout: Layout) -> str:
@@ -111,7 +108,9 @@ def _measure(run: CheckRun, layout: Layout) -> str:
     offsets = (relative[:, None] * direction[None]).astype(z.dtype)
     upstream = flat_upstream(run, z.dtype)
     try:
-        if run.rows.size > CONTRACT_ABOVE:
+        # Through the compiled function the comparison then uses (traced once for both): full mode takes whole
+        # outputs, projection mode contracted ones (in float64 here, so nothing is lost).
+        if run.columns.size > run.options.full_threshold:
             plus, minus = run.adapter.evaluate(run.target, layout, offsets, upstream, signs=(1.0, -1.0))
         else:
             values = run.adapter.evaluate(run.target, layout, offsets, signs=(1.0, -1.0))

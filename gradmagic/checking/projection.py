@@ -204,9 +204,10 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
         )
     else:
         seen = threshold * float(np.min(scale))
-        if noise_floor <= UNJUDGEABLE_NOISE and _resolution(prober, seen)[0] > SINGLE_ELEMENT_WARNING:
-            blocks = _Blocks(prober, relative_truncation, epsilon, threshold)
-            located, seen = blocks.run(_resolution(prober, seen)[0])
+        resolution = _resolution(prober, seen, atol)[0]
+        if noise_floor <= UNJUDGEABLE_NOISE and resolution > SINGLE_ELEMENT_WARNING:
+            blocks = _Blocks(prober, relative_truncation, epsilon, rtol, atol)
+            located, seen = blocks.run(resolution)
             if located:
                 _report_mismatch(
                     run,
@@ -226,7 +227,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
         if not located:
             if options.surrogate and noise_floor <= UNJUDGEABLE_NOISE:
                 surrogate.report_declared_match(findings)
-            _report_resolution(run, layout, prober, seen, dtype, rtol)
+            _report_resolution(run, layout, prober, seen, dtype, (rtol, atol))
     _report_autodiff(run, layout, prober)
     return Numerics(
         mode="projection",
@@ -242,21 +243,23 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     )
 
 
-def _resolution(prober: Prober, seen: float) -> tuple[float, float]:
+def _resolution(prober: Prober, seen: float, atol: float) -> tuple[float, float]:
     """How far one element's gradient could be off (relative) and not show, for a typical element and at the largest
     gradients. A probe sees an error e at element i as e * |g_i d_i|, against `seen`, the smallest mismatch any probe
-    tells from noise: errors spread over many elements add up, one element's does not."""
+    tells from noise: errors spread over many elements add up, one element's does not. Elements whose gradient is
+    within atol of zero are not counted: an error there is within the tolerance anyway."""
     magnitude = np.abs(prober.custom) * prober.steps
-    nonzero = magnitude[magnitude > 0]
+    nonzero = magnitude[np.abs(prober.custom) > atol]
     if not nonzero.size:
         return 0.0, 0.0
     return seen / float(np.median(nonzero)), seen / float(nonzero.max())
 
 
-def _report_resolution(run: CheckRun, layout: Layout, prober: Prober, seen: float, dtype: str, rtol: float) -> None:
+def _report_resolution(run: CheckRun, layout: Layout, prober: Prober, seen: float, dtype: str, tolerances) -> None:
     """`projection-resolution`: how far one element's gradient could be off and not show, where that is more than the
     tolerance."""
-    typical, best = _resolution(prober, seen)
+    rtol, atol = tolerances
+    typical, best = _resolution(prober, seen, atol)
     if typical <= max(rtol, SINGLE_ELEMENT_NOTE):
         return
     options, columns = run.options, run.columns
@@ -287,82 +290,116 @@ class _Blocks:
 
     Each output of the forward is compared in float64 after the call, so outputs a block does not move cancel
     exactly and the rounding is that of the block's outputs: the resolution improves with the number of blocks,
-    as far as the budget of evaluated outputs allows. A failing block is then measured element by element.
+    as far as the budget of evaluated outputs allows. Failing blocks are then measured element by element, while
+    the budget lasts; an element is wrong where it also exceeds the tolerances full mode would apply.
     """
 
-    def __init__(self, prober: Prober, relative_truncation: float, epsilon: float, threshold: float):
-        self.prober, self.truncation, self.epsilon, self.threshold = prober, relative_truncation, epsilon, threshold
+    def __init__(self, prober: Prober, relative_truncation: float, epsilon: float, rtol: float, atol: float):
+        self.prober, self.truncation, self.epsilon, self.rtol, self.atol = (
+            prober,
+            relative_truncation,
+            epsilon,
+            rtol,
+            atol,
+        )
         self.upstream = prober.upstream_vector.astype(np.float64)
+        self.custom = prober.custom.astype(np.float64)
+        self.budget = BLOCK_BUDGET
         self.failing = np.zeros(0, bool)
         self.worst_error = self.worst_relative = 0.0
         self.predicted = self.differences = np.zeros(0)
 
-    def measure(self, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(u . J d, g . d, the noise of the first) for each row of `directions`, outputs compared in float64."""
-        prober, count = self.prober, len(directions)
-        differences, rounding, sums = np.empty(count), np.empty(count), np.empty(count)
-        batch = max(1, BLOCK_CALL_VALUES // max(1, self.upstream.size))
-        for start in range(0, count, batch):
-            part = slice(start, start + batch)
+    def measure(self, spans: list[tuple[int, int]], each: bool = False):
+        """Central differences of u . f along the signed steps over each span of elements (with `each`, along each
+        element's own step, a first row at the centre): (u . J d, g . d, |d| . |g|, rounding, the
+        differences' half sums (u . f(z + d) + u . f(z - d)) / 2)."""
+        prober, size = self.prober, self.prober.z.size
+        steps = prober.signed_steps[0] if not each else prober.steps
+        count = len(spans)
+        out = np.zeros((5, count))
+        batch = max(1, BLOCK_CALL_VALUES // max(1, self.upstream.size, size))
+        for first in range(0, count, batch):
+            rows = spans[first : first + batch]
+            directions = np.zeros((len(rows), size), prober.z.dtype)
+            for k, (start, stop) in enumerate(rows):
+                directions[k, start:stop] = steps[start:stop]
             plus, minus = prober.run.adapter.evaluate(
-                prober.run.target, prober.layout, directions[part], signs=(1.0, -1.0)
+                prober.run.target, prober.layout, directions, signs=(1.0, -1.0)
             ).astype(np.float64)
+            self.budget -= plus.size + minus.size
             moved = plus != minus
-            differences[part] = ((plus - minus) @ self.upstream) / 2
-            sums[part] = (plus + minus) @ self.upstream / 2
-            rounding[part] = (np.where(moved, np.abs(plus) + np.abs(minus), 0) @ np.abs(self.upstream)) / 2
-        self.sums, self.centre = sums, sums[0]  # (u . f(z + d) + u . f(z - d)) / 2; u . f(z) for a zero first row
-        return differences, directions @ prober.custom.astype(np.float64), self.epsilon * rounding
+            part = slice(first, first + len(rows))
+            directions = directions.astype(np.float64)
+            out[0, part] = ((plus - minus) @ self.upstream) / 2
+            out[1, part] = directions @ self.custom
+            out[2, part] = np.abs(directions) @ np.abs(self.custom)
+            out[3, part] = self.epsilon * (np.where(moved, np.abs(plus) + np.abs(minus), 0) @ np.abs(self.upstream)) / 2
+            out[4, part] = ((plus + minus) @ self.upstream) / 2
+        return out
 
     def run(self, resolution: float) -> tuple[list[ElementComparison], float]:
-        """The wrong elements found, and the smallest mismatch the probes told from noise (for the resolution)."""
-        prober = self.prober
-        size, outputs = prober.z.size, max(1, self.upstream.size)
+        """The wrong elements found, and the smallest mismatch the block probes told from noise (for the
+        resolution)."""
+        size, outputs = self.prober.z.size, max(1, self.upstream.size)
         wanted = int(np.ceil(resolution / (SINGLE_ELEMENT_WARNING / 2)))  # blocks for the resolution wanted
-        count = int(min(size, wanted, max(1, BLOCK_BUDGET // (2 * outputs))))
+        count = int(min(size, wanted, max(1, self.budget // (4 * outputs))))  # half the budget for the blocks
         edges = np.linspace(0, size, count + 1).astype(int)
-        directions = np.zeros((count, size), np.float64)
-        for row, (start, stop) in enumerate(zip(edges, edges[1:])):
-            directions[row, start:stop] = prober.signed_steps[0, start:stop]
-        differences, predicted, rounding = self.measure(directions.astype(prober.z.dtype))
-        scale = np.abs(directions) @ np.abs(prober.custom.astype(np.float64)) + np.abs(differences)
+        spans = list(zip(edges[:-1], edges[1:]))
+        differences, predicted, magnitude, rounding, _ = self.measure(spans)
+        scale = magnitude + np.abs(differences)
         with np.errstate(all="ignore"):
             noise = self.truncation + 1.5 * rounding / scale
-            allowed = NOISE_MARGIN * noise + EPSILON_FLOOR * self.epsilon
-            error = np.abs(differences - predicted) / scale
-        self.failing = ~(error <= allowed)
+            allowed = (NOISE_MARGIN * noise + EPSILON_FLOOR * self.epsilon) * scale
+            error = np.abs(differences - predicted)
+        lengths = np.array([float(np.sum(self.prober.steps[start:stop])) for start, stop in spans])
+        self.failing = ~(error <= allowed) & (error > self.atol * lengths)  # atol: as full mode's, per element
         self.predicted, self.differences = predicted, differences
-        self.worst_error = float(np.nanmax(error / allowed)) if error.size else 0.0  # of the tolerance
-        self.worst_relative = float(np.nanmax(error)) if error.size else 0.0
+        with np.errstate(all="ignore"):
+            self.worst_error = float(np.nanmax(error / allowed)) if count else 0.0  # of the tolerance
+            self.worst_relative = float(np.nanmax(error / scale)) if count else 0.0
         located: list[ElementComparison] = []
         for row in np.argsort(-np.nan_to_num(error / allowed, nan=np.inf)):
             if not self.failing[row] or len(located) >= LOCATED:
                 break
-            located += self._elements(range(edges[row], edges[row + 1]), allowed[row] * scale[row])
-        # One element off by e shows as e * |g_i d_i| in its block: seen against the block's allowed mismatch.
-        return located, float(np.nanmin(allowed * scale)) if count else np.inf
+            start, stop = spans[row]
+            if 2 * (stop - start + 1) * outputs > self.budget:
+                break
+            located += self._elements(start, stop, allowed[row])
+        return located, float(np.nanmin(allowed)) if count else np.inf
 
-    def _elements(self, elements: range, allowed: float) -> list[ElementComparison]:
+    def _elements(self, start: int, stop: int, allowed: float) -> list[ElementComparison]:
         """Each element of a failing block along its own step: those whose gradient disagrees, worst first."""
-        prober = self.prober
-        directions = np.zeros((len(elements) + 1, prober.z.size), prober.z.dtype)  # row 0: the centre, f(z)
-        directions[1 + np.arange(len(elements)), list(elements)] = prober.steps[list(elements)]
-        differences, predicted, _ = self.measure(directions)
-        centre, differences, predicted = self.centre, differences[1:], predicted[1:]
-        steps = prober.steps[list(elements)].astype(np.float64)
+        prober, elements = self.prober, np.arange(start, stop)
+        values = self.measure([(0, 0)] + [(i, i + 1) for i in elements], each=True)
+        centre = values[4, 0]
+        differences, predicted, sums = values[0, 1:], values[1, 1:], values[4, 1:]
+        steps = prober.steps[elements].astype(np.float64)
+        numerical = differences / steps
         # One-sided slopes differ by h f'' where smooth; at a kink (a ReLU at zero) by the slope's jump: left out,
         # as full mode leaves such elements out of the comparison.
-        kink = np.abs(self.sums[1:] - centre) > allowed
-        wrong = (np.abs(differences - predicted) > allowed) & ~kink
+        kink = np.abs(sums - centre) > allowed
+        mismatch = np.abs(differences - predicted)
+        tolerance = (self.rtol * np.maximum(np.abs(self.custom[elements]), np.abs(numerical)) + self.atol) * steps
+        wrong = (mismatch > allowed) & (mismatch > tolerance) & ~kink
         found = []
-        for k in np.argsort(-np.abs(differences - predicted)):
+        for k in np.argsort(-mismatch):
             if not wrong[k]:
                 break
-            name, index = prober.run.columns.label(elements[k])
+            name, index = prober.run.columns.label(int(elements[k]))
             autodiff = None if prober.autodiff is None else float(prober.autodiff[elements[k]])
-            custom, numerical = float(prober.custom[elements[k]]), float(differences[k] / steps[k])
-            error = abs(custom - numerical) * steps[k] / allowed
-            found.append(ElementComparison(name, index, None, None, custom, numerical, autodiff, error))
+            custom = float(prober.custom[elements[k]])
+            found.append(
+                ElementComparison(
+                    name,
+                    index,
+                    None,
+                    None,
+                    custom,
+                    float(numerical[k]),
+                    autodiff,
+                    float(mismatch[k] / max(allowed, tolerance[k])),
+                )
+            )
         return found[:LOCATED]
 
 
