@@ -25,27 +25,37 @@ def take_own_precision(run: CheckRun) -> bool:
     try:
         run.own_precision = OwnPrecision(adapter.vjps(run.target, layout, z[None], rows, jacobian=full))
     except Exception as error:  # the framework's own error about the user's op
-        wording = findings.wording
-        cause = wording.cause(error)
-        findings.add(
-            "graph-mismatch",
-            "error",
-            f"`{findings.name}` works {wording.direct} but taking its gradient {wording.compiled} fails: "
-            f"{type(error).__name__}: {cause} {wording.compiled_failure_advice(cause)}".rstrip(),
-        )
+        report_compiled_failure(run, error)
         return False
     return True
+
+
+def report_compiled_failure(run: CheckRun, error: Exception) -> None:
+    """`graph-mismatch`: the op works directly, but its gradient taken compiled fails with `error`."""
+    findings = run.findings
+    wording = findings.wording
+    cause = wording.cause(error)
+    findings.add(
+        "graph-mismatch",
+        "error",
+        f"`{findings.name}` works {wording.direct} but taking its gradient {wording.compiled} fails: "
+        f"{type(error).__name__}: {cause} {wording.compiled_failure_advice(cause)}".rstrip(),
+    )
 
 
 def compare_compiled(run: CheckRun) -> None:
     """`graph-mismatch` when the compiled gradient gives other outputs or gradients than the direct call."""
     adapter, trial, layout, findings = run.adapter, run.trial, run.layout, run.findings
     wording = findings.wording
+    # Compiled: the gradient graph's run where tracing is how the framework compiles, else the own-precision call.
+    traced = run.raw_graph.run if run.raw_graph is not None and run.raw_graph.run is not None else None
+    compiled_outputs = traced.outputs[0] if traced is not None else run.own_precision.outputs
+    compiled_gradient = traced.custom[0, 0] if traced is not None else run.own_precision.trial_gradient
     eager_outputs = [output for output, meta in zip(trial.outputs, trial.output_metas) if meta.floating]
-    compared = [("output", eager_outputs, run.own_precision.outputs, run.rows)]
+    compared = [("output", eager_outputs, compiled_outputs, run.rows)]
     if trial.gradients is not None:  # a composite has no gradient function of its own to call directly
         eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
-        compared.append(("gradient", eager_gradients, run.own_precision.trial_gradient, run.columns))
+        compared.append(("gradient", eager_gradients, compiled_gradient, run.columns))
     for what, eager, compiled, axis in compared:
         for position, (value, start, stop) in enumerate(zip(eager, axis.offsets, axis.offsets[1:])):
             in_graph = compiled[start:stop]

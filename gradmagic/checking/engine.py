@@ -7,7 +7,7 @@ from typing import Callable
 
 from gradmagic.checking import precision, surrogate
 from gradmagic.checking.arguments import lay_out, prepare_inputs
-from gradmagic.checking.compiled import check_linearity, compare_compiled, take_own_precision
+from gradmagic.checking.compiled import check_linearity, compare_compiled, report_compiled_failure, take_own_precision
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.full import compare_full
 from gradmagic.checking.graph import build_graph
@@ -50,16 +50,17 @@ def check(
         if run.trial is None or run.failed:
             return run.report()
         lay_out(run)
-        if (options.tf_function or options.numbers) and run.rows.size and run.columns.size:
-            with run.phase(adapter.compiled, 0.15, timing="tf_function"):
+        compared = run.rows.size and run.columns.size
+        if options.graph or (options.tf_function and compared and adapter.graph_compiles):
+            with run.phase("graph", 0.15, timing="graph"):  # where tracing is compiling, also the compiled run
+                trace_graph(run)
+        if (options.tf_function or options.numbers) and compared and not run.failed:
+            with run.phase(adapter.compiled, 0.3, timing="tf_function"):
                 if take_own_precision(run):
                     if options.tf_function:
                         compare_compiled(run)
                     if not run.failed:
                         check_linearity(run)
-        if options.graph and not run.failed:
-            with run.phase("graph", 0.3, timing="graph"):
-                trace_graph(run)
         if options.numbers and not run.failed:
             with run.phase("finite differences", 0.45, timing="numerics"):
                 compare_numbers(run)
@@ -75,17 +76,21 @@ def trace_graph(run: CheckRun) -> None:
     arguments = [("input", name) for name in inputs.names] + [("upstream", f"d{name}") for name in trial.output_names]
     try:
         run.raw_graph = run.adapter.gradient_graph(run.target, run.layout, trial.upstreams, arguments)
-    except Exception as error:  # the op traced in a graph: its failures are reported elsewhere; the graph is a view
-        run.findings.add(
-            "graph-unavailable",
-            "info",
-            f"The gradient graph could not be traced: {type(error).__name__}: {run.findings.wording.cause(error)}",
-        )
+    except Exception as error:
+        if run.adapter.graph_compiles and run.options.tf_function:  # the op failing compiled: a mistake of the op's
+            report_compiled_failure(run, error)
+        else:  # the op traced in a graph: its failures are reported elsewhere; the graph is a view
+            run.findings.add(
+                "graph-unavailable",
+                "info",
+                f"The gradient graph could not be traced: {type(error).__name__}: {run.findings.wording.cause(error)}",
+            )
         return
     run.forward_ops = surrogate.forward_ops(run.raw_graph)
-    run.graph = build_graph(
-        run.raw_graph, trial.output_names, [f"d{name}" for name in perturbed], fold=run.options.fold_graph
-    )
+    if run.options.graph:
+        run.graph = build_graph(
+            run.raw_graph, trial.output_names, [f"d{name}" for name in perturbed], fold=run.options.fold_graph
+        )
 
 
 def compare_numbers(run: CheckRun) -> None:

@@ -4,7 +4,7 @@ A vector-Jacobian product J^T u is linear in u. Full mode builds Jacobians
 from one-hot upstream vectors, on which `upstream * upstream * f'(x)` equals
 the right gradient, and projection mode from one random u: neither sees a
 gradient that transforms the upstream instead of multiplying it. So every
-check also takes the custom gradient of two random upstreams u1, u2, of
+check also takes the custom gradient of two random upstreams u1, u2 (uniform in [-1, 1)), of
 A u1 + B u2, and of u1 scaled up a thousandfold and a millionfold (in the
 one call that takes the op's own-precision products, `compiled.py`):
 
@@ -48,9 +48,17 @@ class Linearity:
 
 def probes(size: int, seed: int, dtype: np.dtype) -> np.ndarray:
     """[ROWS, size]: the upstream vectors of the linearity probe."""
-    u1, u2 = np.random.default_rng([seed, 3]).standard_normal((2, size))
-    rows = [u1, u2, A * u1 + B * u2] + [scale * u1 for scale in SCALES]
-    return np.stack(rows).astype(dtype)
+    rows = np.empty((ROWS, size), dtype)
+    drawn = rows.dtype if rows.dtype in (np.float32, np.float64) else np.float64  # what NumPy draws in directly
+    # Uniform in [-1, 1): three times cheaper to draw than normal numbers at millions of elements, as random.
+    rows[:2] = np.random.default_rng([seed, 3]).random((2, size), dtype=drawn) * 2 - 1
+    u1, u2 = rows[0], rows[1]
+    np.multiply(u1, A, out=rows[2])
+    rows[2] += B * u2
+    with np.errstate(over="ignore"):  # float16 cannot hold the millionfold: infinite there, as the cast gave before
+        for row, scale in zip(rows[3:], SCALES):
+            np.multiply(u1, scale, out=row)
+    return rows
 
 
 def judge(gradients: np.ndarray) -> Linearity:

@@ -61,6 +61,8 @@ SINGLE_ELEMENT_WARNING = 0.1
 #: Outputs evaluated, in all, by the block probes that look for a single wrong element (`_Blocks`), and per call.
 BLOCK_BUDGET = 2**25
 BLOCK_CALL_VALUES = 2**22
+#: Elements whose median gradient step stands for a typical element's (a regular sample of them, beyond this many).
+RESOLUTION_SAMPLE = 2**16
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Prober:
     def __init__(self, run: CheckRun, layout: Layout, steps: np.ndarray, signs: np.ndarray):
         self.run, self.layout, self.steps, self.signs = run, layout, steps, signs
         self.z = run.z(layout)
-        self.signed_steps = np.multiply(signs, steps, dtype=self.z.dtype)  # each probe's direction at weight 1
+        self._gradient_steps: dict[float, tuple[float, float]] = {}
         upstream = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
         self.upstream_vector = upstream.astype(self.z.dtype)
         vjps = run.adapter.vjps(run.target, layout, self.z[None], self.upstream_vector[None])
@@ -99,6 +101,23 @@ class Prober:
     def direction(self, row: int, element: int) -> float:
         """The value of probe `row`'s direction at `element`: its sign times its step."""
         return float(self.signs[row, element]) * float(self.steps[element])
+
+    def gradient_steps(self, atol: float) -> tuple[float, float]:
+        """|g_i h_i| of a typical element (the median) and the largest, over elements whose gradient is above atol;
+        (0, 0) when none is. Measured once per check; the median of a regular sample at millions of elements."""
+        if atol not in self._gradient_steps:
+            custom = np.abs(self.custom)
+            nonzero = (custom * self.steps)[custom > atol]
+            sample = nonzero[:: max(1, nonzero.size // RESOLUTION_SAMPLE)]
+            self._gradient_steps[atol] = (
+                (float(np.median(sample)), float(nonzero.max())) if nonzero.size else (0.0, 0.0)
+            )
+        return self._gradient_steps[atol]
+
+    def signed_steps(self, row: int, weight: np.ndarray | float, out: np.ndarray) -> np.ndarray:
+        """Probe `row`'s direction at `weight` (per element, or one factor), written into `out`."""
+        np.multiply(self.signs[row], self.steps, out=out)
+        return np.multiply(out, weight, out=out)
 
     def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
         """Central differences along d_t = weights_t * signs[rows_t] * steps, a few directions per compiled call.
@@ -113,7 +132,7 @@ class Prober:
             part = slice(start, start + batch)
             directions = aligned_empty((len(rows[part]), self.z.size), self.z.dtype)
             for direction, row, weight in zip(directions, rows[part], weights[part]):
-                np.multiply(self.signed_steps[row], weight, out=direction)
+                self.signed_steps(row, weight, direction)
             plus, minus = self.run.adapter.evaluate(
                 self.run.target, self.layout, directions, self.upstream_vector, signs=(1.0, -1.0)
             )
@@ -248,11 +267,8 @@ def _resolution(prober: Prober, seen: float, atol: float) -> tuple[float, float]
     gradients. A probe sees an error e at element i as e * |g_i d_i|, against `seen`, the smallest mismatch any probe
     tells from noise: errors spread over many elements add up, one element's does not. Elements whose gradient is
     within atol of zero are not counted: an error there is within the tolerance anyway."""
-    magnitude = np.abs(prober.custom) * prober.steps
-    nonzero = magnitude[np.abs(prober.custom) > atol]
-    if not nonzero.size:
-        return 0.0, 0.0
-    return seen / float(np.median(nonzero)), seen / float(nonzero.max())
+    typical, largest = prober.gradient_steps(atol)
+    return (seen / typical, seen / largest) if largest else (0.0, 0.0)
 
 
 def _report_resolution(run: CheckRun, layout: Layout, prober: Prober, seen: float, dtype: str, tolerances) -> None:
@@ -314,7 +330,7 @@ class _Blocks:
         element's own step, a first row at the centre): (u . J d, g . d, |d| . |g|, rounding, the
         differences' half sums (u . f(z + d) + u . f(z - d)) / 2)."""
         prober, size = self.prober, self.prober.z.size
-        steps = prober.signed_steps[0] if not each else prober.steps
+        steps = prober.signed_steps(0, 1.0, np.empty_like(prober.steps)) if not each else prober.steps
         count = len(spans)
         out = np.zeros((5, count))
         batch = max(1, BLOCK_CALL_VALUES // max(1, self.upstream.size, size))
@@ -615,9 +631,11 @@ def _report_mismatch(
 def _report_autodiff(run: CheckRun, layout: Layout, prober: Prober) -> None:
     """autodiff-nonfinite: the framework's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
     custom, autodiff = prober.custom, prober.autodiff
-    if layout is not run.layout:
-        z = run.z(run.layout)
-        own = run.adapter.vjps(run.target, run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
+    if layout is not run.layout:  # in the op's own precision: the trial's random upstream, taken by `compiled.py`
+        own = run.own_precision.vjps if run.own_precision is not None else None
+        if own is None:
+            z = run.z(run.layout)
+            own = run.adapter.vjps(run.target, run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
         custom, autodiff = own.custom[0, 0], None if own.autodiff is None else own.autodiff[0, 0]
     if autodiff is None:
         return

@@ -172,6 +172,10 @@ class RawGraph:
     ops: tuple[RawOp, ...]
     outputs: tuple[tuple[str, int], ...]  # the forward's outputs, flattened
     gradients: tuple[tuple[str, int], ...]  # the downstream gradients: perturbable inputs, then variables
+    #: The traced graph run once at the example inputs for the given upstreams, where tracing is how the framework
+    #: compiles the op (`Adapter.graph_compiles`): [1, M] flat floating outputs, [1, 1, N] the custom gradient (z's
+    #: order), no autodiff. None where the adapter does not run it.
+    run: Vjps | None = None
 
 
 class OpProblem(Exception):
@@ -197,6 +201,10 @@ class Adapter(abc.ABC):
 
     #: Short name, as in `get_adapter(name)`: "tensorflow", "keras".
     name: str
+    #: Whether `gradient_graph` traces the op as the framework compiles it (`tf.function`) and runs that graph
+    #: (`RawGraph.run`): its failure is then the op failing compiled, and its run is what the structure checks' direct
+    #: call is compared with. Elsewhere `vjps` runs compiled and gives that.
+    graph_compiles: bool = False
     #: Name shown to users: "TensorFlow".
     display_name: str
     #: The framework's version string.

@@ -84,7 +84,10 @@ def autodiff_or_nan(autodiff: Callable[[], tf.Tensor], like: tf.Tensor) -> tf.Te
 
 
 def over_rows(function: Callable[[tf.Tensor], Any], rows: tf.Tensor) -> Any:
-    """`function` of each row of `rows`, in one graph: vectorised, or a loop where an op cannot be vectorised."""
+    """`function` of each row of `rows`, in one graph: vectorised, or a loop where an op cannot be vectorised;
+    eagerly, a loop in Python."""
+    if tf.executing_eagerly():
+        return tf.stack([function(row) for row in rows])
     try:
         return tf.vectorized_map(function, rows, fallback_to_while_loop=True)
     except ValueError:  # pfor cannot vectorise the gradient of some op at all

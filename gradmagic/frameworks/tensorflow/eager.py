@@ -42,6 +42,7 @@ class TensorFlowAdapter(Adapter):
     convention = GradientConvention()
     autodiff = "tf.GradientTape"
     compiled = "tf.function"
+    graph_compiles = True
     wording = TENSORFLOW
 
     def decorate(self, function: Callable) -> Callable:
@@ -127,15 +128,16 @@ class TensorFlowAdapter(Adapter):
             # A loop over the signs (one or two), each sign's points at once (one after the other when they are large,
             # which keeps each in the caches): no S x P x N block of points.
             vectorize = (offsets.shape[1] or 0) <= _LARGE_POINTS
+            if tf.executing_eagerly():
+                return tf.stack([_map(layout, at, sign * offsets) for sign in signs])
             return tf.map_fn(lambda sign: _map(layout, at, sign * offsets, vectorize=vectorize), signs)
 
         signature = [_specs(layout.inputs), tf.TensorSpec([None, offsets.shape[1]], offsets.dtype)]
         signature += [tf.TensorSpec([None], offsets.dtype)] * (2 if upstream is not None else 1)
-        compiled = self._compiled(target, layout, f"evaluate/{upstream is not None}", compute, signature)
         extra = [_tensor(upstream.astype(offsets.dtype, copy=False))] if upstream is not None else []
-        with _VariablesRestored(layout):
-            values = compiled(list(layout.inputs), _tensor(offsets), tf.constant(signs, offsets.dtype), *extra)
-            return values.numpy()
+        arguments = (list(layout.inputs), _tensor(offsets), tf.constant(signs, offsets.dtype), *extra)
+        kind = f"evaluate/{upstream is not None}"
+        return self._run(target, layout, kind, compute, signature, arguments, len(offsets) * len(signs)).numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         one_point, count = len(points) == 1, len(upstreams)
@@ -162,11 +164,10 @@ class TensorFlowAdapter(Adapter):
             tf.TensorSpec([count if count <= 1 else None, None], dtype),
         ]
         kind = f"vjps/{one_point}/{min(count, 2)}/{autodiff}/{jacobian}"
-        compiled = self._compiled(target, layout, kind, compute, signature)
-        with _VariablesRestored(layout):
-            results = compiled(
-                list(layout.inputs), _tensor(points), _tensor(upstreams.astype(points.dtype, copy=False))
-            )
+        arguments = (list(layout.inputs), _tensor(points), _tensor(upstreams.astype(points.dtype, copy=False)))
+        rows = count + (upstreams.shape[1] if jacobian else 0)  # with the Jacobian, one more row per output element
+        work = len(points) * (1 + 2 * rows) * (2 if autodiff else 1)
+        results = self._run(target, layout, kind, compute, signature, arguments, work)
         return Vjps(results[0].numpy(), results[1].numpy(), unless_all_nan(results[2].numpy()) if autodiff else None)
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
@@ -221,7 +222,33 @@ class TensorFlowAdapter(Adapter):
         ops = [raw_op(op, target.filename, placeholders, variables) for op in graph.get_operations()]
         flat = [(t.op.name, t.value_index) for t in concrete.outputs]
         count = len(tf.nest.flatten(concrete.structured_outputs[0]))
-        return RawGraph(tuple(ops), tuple(flat[:count]), tuple(flat[count:]))
+        outputs, gradients = concrete(list(layout.inputs), list(upstreams))
+        dtype = building.z_dtype(layout, list(layout.inputs))
+        run = Vjps(
+            building.flat_outputs(outputs, dtype).numpy()[None],
+            building.flat_gradients(gradients, dtype).numpy()[None, None],
+            None,
+        )
+        return RawGraph(tuple(ops), tuple(flat[:count]), tuple(flat[count:]), run)
+
+    def _run(
+        self, target: Target, layout: Layout, kind: str, compute: Callable, signature: list, arguments: tuple, work: int
+    ) -> Any:
+        """`compute(*arguments)`, compiled when it already is for this op, or when its work (forward evaluations, a
+        vector-Jacobian product counting two) would cost more eagerly than a trace; else eagerly, traced never."""
+        compiled = self._compiled(target, layout, kind, compute, signature)
+        if work > EAGER_WORK or compiled.is_traced(*arguments):
+            with _VariablesRestored(layout):
+                return compiled(*arguments)
+
+        def eagerly():
+            # In gradmagic's TensorFlow thread, as traces are: TensorFlow keeps the Python stacks some eager calls
+            # (tape.gradient, jacobians) are made from, with the code objects in them, for good; there they start at
+            # gradmagic's code, not at the user's cell. Variables are put back there too, also when Ctrl-C abandons it.
+            with _VariablesRestored(layout):
+                return compute(*arguments)
+
+        return tracing.in_tensorflow_thread(eagerly)
 
     def _compiled(
         self, target: Target, layout: Layout, kind: str, function: Callable, input_signature: list | None = None
@@ -259,6 +286,11 @@ class KerasTensorFlowAdapter(TensorFlowAdapter):
 
 
 # -- the pieces of the compiled functions --------------------------------------------------------------------------
+
+
+#: Work up to which a cold op's batch runs eagerly: tracing a `tf.function` costs as much as 15 to 60 eager
+#: vector-Jacobian products of the same op (measured, from 3 to 300 ops), and most checks of a small op need fewer.
+EAGER_WORK = 64
 
 
 def _specs(tensors) -> list:
@@ -303,9 +335,14 @@ def _outputs_and_vjps(
         rows.append(vjp(upstreams[0])[None])
     elif count != 0:
         rows.append(building.over_rows(vjp, upstreams))
-    if jacobian:  # by pfor over the outputs, with no identity matrix of M x M
+    if jacobian:  # by pfor over the outputs, with no identity matrix of M x M (eagerly: a loop, pfor would trace)
         try:
-            blocks = tape.jacobian(flat, targets, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            blocks = tape.jacobian(
+                flat,
+                targets,
+                unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                experimental_use_pfor=not tf.executing_eagerly(),
+            )
         except ValueError:  # pfor cannot vectorise some op: a loop, still in one compiled call
             blocks = tape.jacobian(
                 flat, targets, unconnected_gradients=tf.UnconnectedGradients.ZERO, experimental_use_pfor=False
@@ -335,10 +372,19 @@ _LARGE_POINTS = 1 << 16
 def _map(layout: Layout, function: Callable, points: tf.Tensor, results: int = 1, vectorize: bool = True) -> Any:
     """`function` over the rows of `points` in one compiled call: vectorised, or a loop when the points assign
     variables (or `vectorize` is off). It returns `results` tensors in z's dtype."""
+    if tf.executing_eagerly():  # a loop in Python: vectorising or a while loop would trace a graph
+        return _stacked([function(point) for point in points], results)
     if vectorize and not layout.variables:
         return tf.vectorized_map(function, points, fallback_to_while_loop=True)
     signature = tuple(tf.TensorSpec(None, points.dtype) for _ in range(results))
     return tf.map_fn(function, points, fn_output_signature=signature[0] if results == 1 else signature)
+
+
+def _stacked(values: list, results: int) -> Any:
+    """Per-point results stacked along a new first axis: one tensor, or a list of `results` tensors."""
+    if results == 1:
+        return tf.stack(values)
+    return [tf.stack([value[k] for value in values]) for k in range(results)]
 
 
 class _VariablesRestored:

@@ -108,13 +108,21 @@ class Compiled:
         self.traced: set = set()  # the argument shapes and dtypes already traced for
 
     def __call__(self, *args):
-        key = (tf_context.context().device_name,)
-        if self.function.input_signature is None:  # else one trace serves every call
-            key += tuple(_shape_and_dtype(leaf) for leaf in tf.nest.flatten(args))
+        key = self._key(args)
         if key not in self.traced:
             self.get_concrete_function(*args)
             self.traced.add(key)
         return self.function(*args)
+
+    def is_traced(self, *args) -> bool:
+        """Whether a call with these arguments runs without tracing."""
+        return self._key(args) in self.traced
+
+    def _key(self, args: tuple) -> tuple:
+        key = (tf_context.context().device_name,)
+        if self.function.input_signature is None:  # else one trace serves every call
+            key += tuple(_shape_and_dtype(leaf) for leaf in tf.nest.flatten(args))
+        return key
 
     def get_concrete_function(self, *args):
         def trace():
