@@ -238,3 +238,20 @@ def test_a_gradient_function_with_side_effects_is_noticed_and_its_state_put_back
     assert "put it back" in found.message
     assert float(calls.numpy()) == 0.0 and seen == []
     assert report.verdict == "warn"
+
+
+def test_a_none_gradient_for_a_hyper_parameter_the_forward_ignores_is_right_not_a_warning():
+    def clip_gradient_by_norm(x, norm):  # TensorFlow's eager guide: the clip norm is an input with no gradient
+        return tf.identity(x), lambda upstream: [tf.clip_by_norm(upstream, norm), None]
+
+    report = gradmagic.check(clip_gradient_by_norm, tf.constant([3.0, -4.0, 1.0]), tf.constant(1.0), surrogate=True)
+    found = problem(report, "none-gradient")
+    assert found.severity == "info" and found.location.input == "norm" and "None is right" in found.message
+    assert report.verdict == "surrogate"
+
+    def scaled(x, scale):  # the output depends on `scale`: its None gradient stays a warning, and the numbers fail it
+        return x * scale, lambda upstream: (upstream * scale, None)
+
+    wrong = gradmagic.check(scaled, tf.constant([3.0, -4.0]), tf.constant(2.0))
+    assert problem(wrong, "none-gradient").severity == "warning" and "fd-mismatch" in wrong.codes()
+

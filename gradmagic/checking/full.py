@@ -10,6 +10,8 @@ step sizes sits on a non-differentiable point and is left out.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from gradmagic.checking import surrogate
@@ -82,6 +84,7 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         _report_unjudged(unjudged, z, steps, custom, columns, findings)
     if not judged.any():
         return Numerics(mode="skipped", skipped_because="no element could be judged: finite differences are NaN/Inf")
+    _confirm_none_gradients(findings, columns, numerical_t, tolerance_t, judged.T)
     if mismatched.any():
         _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
     elif options.surrogate:
@@ -142,6 +145,26 @@ def _kinks(run: CheckRun, layout: Layout, z, steps, center, plus, minus, candida
         kink_tolerance = tolerance_t[column] + KINK_FRACTION * (np.abs(forward_side) + np.abs(backward_side))
         kinks[column] = bool(np.any((jump > kink_tolerance) & (half_jump > 0.75 * jump)))
     return kinks
+
+
+def _confirm_none_gradients(findings: Findings, columns: Axis, numerical_t, tolerance_t, judged_t) -> None:
+    """A None gradient for an input the outputs do not depend on (finite differences zero at every judged element,
+    as for a hyper-parameter of an identity forward) is right: its `none-gradient` warning becomes an info."""
+    for position, found in enumerate(findings.problems):
+        if found.code != "none-gradient" or found.severity != "warning" or found.location.input not in columns.names:
+            continue
+        part = columns.names.index(found.location.input)
+        start, stop = columns.offsets[part], columns.offsets[part + 1]
+        compared = judged_t[start:stop]
+        if not compared.all() or (np.abs(numerical_t[start:stop]) > tolerance_t[start:stop]).any():
+            continue
+        message = found.message.split(":")[0]
+        findings.problems[position] = dataclasses.replace(
+            found,
+            severity="info",
+            message=f"{message}, and the outputs do not depend on it here (its finite differences are zero): None "
+            "is right.",
+        )
 
 
 def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings) -> None:
