@@ -255,3 +255,25 @@ def test_a_none_gradient_for_a_hyper_parameter_the_forward_ignores_is_right_not_
     wrong = gradmagic.check(scaled, tf.constant([3.0, -4.0]), tf.constant(2.0))
     assert problem(wrong, "none-gradient").severity == "warning" and "fd-mismatch" in wrong.codes()
 
+
+def test_state_a_gradient_function_reaches_through_self_is_noticed_and_put_back():
+    class ScheduledReversal(tf.Module):  # DANN's schedule: every backward pass counts itself, updates the strength
+        def __init__(self):
+            super().__init__()
+            self.calls, self.strength = tf.Variable(0.0), tf.Variable(0.0)
+
+        @tf.custom_gradient
+        def reverse(self, x):
+            def grad(upstream):
+                self.calls.assign_add(1.0)
+                self.strength.assign(2.0 / (1.0 + tf.exp(-self.calls)) - 1.0)
+                return -self.strength * upstream
+
+            return tf.identity(x), grad
+
+    layer = ScheduledReversal()
+    report = gradmagic.check(layer.reverse, tf.constant([0.5, -1.0, 2.0]), surrogate=True)
+    found = problem(report, "grad-side-effect")
+    assert "`self.calls` (assigned)" in found.message and "`self.strength` (assigned)" in found.message
+    assert "graph-mismatch" not in report.codes() and report.verdict == "surrogate"
+    assert float(layer.calls.numpy()) == 0.0 and float(layer.strength.numpy()) == 0.0
