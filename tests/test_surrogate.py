@@ -356,3 +356,17 @@ def test_a_nan_gradient_gets_no_surrogate_or_linearity_hint():
     report = gradmagic.check(tf.custom_gradient(nan_where_negative), POINTS)
     assert report.verdict == "fail" and report.surrogate is None
     assert all("not linear in the upstream" not in p.message for p in report.problems)
+
+
+def test_a_straight_through_gumbel_softmax_is_named_by_its_argmax():
+    noise = tf.constant([[0.3, -0.2, 0.9, 0.1], [0.5, 1.1, -0.4, 0.0]])
+
+    def gumbel_softmax_hard(logits):  # the one-hot sample forward, the soft sample's gradient backward
+        soft = tf.nn.softmax((logits + noise) / 0.5)
+        hard = tf.one_hot(tf.argmax(soft, axis=-1), 4)
+        return hard, lambda upstream: soft * (upstream - tf.reduce_sum(upstream * soft, -1, keepdims=True)) / 0.5
+
+    logits = tf.constant([[0.5, 1.5, -0.2, 0.1], [1.0, 0.2, 0.3, -1.0]])
+    report = gradmagic.check(tf.custom_gradient(gumbel_softmax_hard), logits)
+    assert report.surrogate.pattern == "straight-through estimator"
+    assert "`argmax` is piecewise constant" in problem(report, "fd-mismatch").message
