@@ -78,7 +78,8 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
 
     own_autodiff = None if own.autodiff is None else own.autodiff[0]
     if kinks.any():
-        _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings)
+        severity = "info" if options.surrogate else "warning"  # a declared surrogate's comparison informs
+        _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings, severity)
     unjudged = ~kinks & ~np.isfinite(numerical_t).all(axis=1)
     if unjudged.any():
         _report_unjudged(unjudged, z, steps, custom, columns, findings)
@@ -167,7 +168,7 @@ def _confirm_none_gradients(findings: Findings, columns: Axis, numerical_t, tole
         )
 
 
-def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings) -> None:
+def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings, severity: str) -> None:
     kink_columns = np.flatnonzero(kinks)
     forward_side, backward_side = forward_side_t.T, backward_side_t.T
     for column in kink_columns[:LISTED]:
@@ -175,7 +176,7 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
         row = int(np.argmax(np.abs(forward_side[:, column] - backward_side[:, column])))
         findings.add(
             "nondifferentiable-point",
-            "warning",
+            severity,
             f"At {element_label(name, index)} = {z[column]:.6g} the forward is not differentiable: its slope is "
             f"{backward_side[row, column]:.6g} from the left and {forward_side[row, column]:.6g} from the right. "
             "This element is left out of the finite-difference comparison; any value between is a valid "
@@ -186,7 +187,7 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
     if len(kink_columns) > LISTED:
         findings.add(
             "nondifferentiable-point",
-            "warning",
+            severity,
             f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.",
         )
 
