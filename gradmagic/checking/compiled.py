@@ -48,9 +48,9 @@ def _gradient_has_the_inputs_size(run: CheckRun) -> bool:
     run.findings.add(
         "grad-shape",
         "error",
-        f"The gradient taken through the custom gradients that `{run.findings.name}` reaches has {found} elements where "
-        f"its inputs ({inputs}) have {columns.size}: a custom gradient returns a gradient of another shape than its "
-        "input, and the framework passed it on without a check. After a broadcast, sum the gradient over the "
+        f"The gradient taken through the custom gradients that `{run.findings.name}` reaches has {found} elements "
+        f"where its inputs ({inputs}) have {columns.size}: a custom gradient returns a gradient of another shape than "
+        "its input, and the framework passed it on without a check. After a broadcast, sum the gradient over the "
         "broadcast axes (and reshape it to the input's shape).",
     )
     return False
