@@ -390,7 +390,7 @@ def _tfp_log_gamma_difference():
 def _tfp_lambertw():
     def principal_branch(z):
         w = tf.math.log1p(z)  # a start that Halley's iteration takes to W(z) for z > -1/e
-        for _ in range(12):
+        for _ in range(6):
             ew = tf.exp(w)
             f = w * ew - z
             w = w - f / (ew * (w + 1) - (w + 2) * f / (2 * w + 2))
@@ -399,7 +399,8 @@ def _tfp_lambertw():
     def backward(aux, upstream):
         (z,) = aux
         w = principal_branch(z)
-        return upstream * tf.where(tf.equal(z, 0.0), tf.ones_like(z), w / (tf.where(tf.equal(z, 0.0), 1.0, z) * (1 + w)))
+        at_zero = tf.equal(z, 0.0)  # W(z) / (z (1 + W(z))) is 0 / 0 there; its limit is 1
+        return upstream * tf.where(at_zero, tf.ones_like(z), w / (tf.where(at_zero, 1.0, z) * (1 + w)))
 
     @tfp_style_custom_gradient(lambda z: (principal_branch(z), (z,)), backward)
     def lambertw(z):
@@ -934,7 +935,9 @@ def _one_wrong_element_float32(size=20_000):
 
             return value, backward
 
-        return leaky_softsign, (f32(np.random.default_rng(12).normal(size=size)),)
+        x = np.random.default_rng(12).normal(size=size)
+        x[-1] = 0.3  # a typical gradient (0.59) there: one the check must see at this size
+        return leaky_softsign, (f32(x),)
 
     return build
 
@@ -1006,8 +1009,8 @@ CASES: list[Case] = [
     Case("tf docs log1pexp at x=100", TF_DOCS + ": the forward overflows in float32 there", CORRECT,
          _docs_log1pexp([100.0]), warnings=("nonfinite-output",)),
     Case("tf docs bar(x, y) = x * y", TF_DOCS + " (two inputs, two gradients)", CORRECT, _docs_product),
-    Case("tf guide clip_gradients, declared", "tensorflow/docs site/en/guide/advanced_autodiff.ipynb (Custom gradients)",
-         SURROGATE, _docs_clip_gradients, {"surrogate": True}),
+    Case("tf guide clip_gradients, declared", "tensorflow/docs site/en/guide/advanced_autodiff.ipynb (Custom "
+         "gradients)", SURROGATE, _docs_clip_gradients, {"surrogate": True}),
     Case("tf guide clip_gradients, undeclared", "tensorflow/docs site/en/guide/advanced_autodiff.ipynb", SURROGATE,
          _docs_clip_gradients, pattern="gradient clipping"),
     Case("tf guide clip_gradient_by_norm(x, norm)", "tensorflow/docs site/en/r1/guide/eager.ipynb (Custom gradients)",
@@ -1016,12 +1019,15 @@ CASES: list[Case] = [
          _test_multiply_switched, codes=("fd-mismatch",)),
     Case("tf test dense with variables, placeholder kernel gradient",
          TF_TESTS + " (testCustomGradientWithVariables: `ones((4, 3))` for the kernel)", BUG,
-         _test_dense_with_variables, codes=("fd-mismatch",)),
+         _test_dense_with_variables, codes=("grad-nonlinear",)),  # a constant gradient does not scale with upstream
     Case("tf test keyword-only variables, factors 4 and 5",
          TF_TESTS + " (testCustomGradientVariablesKwonlyArgs: grad_fn(*dys, variables=None))", BUG,
          _test_keyword_only_variables, codes=("fd-mismatch",)),
     Case("tf test recompute_grad, second order", TF_TESTS + " (testCustomGradientRecomputeGradHigherOrder)", CORRECT,
-         _test_recompute_grad, {"order": 2}),
+         _test_recompute_grad, {"order": 2},
+         known_failure="the second-order check's tape Jacobian inside tf.function makes TensorFlow call "
+         "recompute_grad's transpose, which raises NotImplementedError (fd-error); TensorFlow's own test nests eager "
+         "tapes"),
     Case("tf.grad_pass_through(tf.round), declared",
          TF_TESTS + " (GradPassThroughTest); tensorflow/python/ops/custom_gradient.py grad_pass_through", SURROGATE,
          _test_grad_pass_through_round, {"surrogate": True}),
@@ -1035,13 +1041,13 @@ CASES: list[Case] = [
     Case("logsumexp, softmax not normalised", "tensorflow/tensorflow tensorflow/python/ops/math_ops.py, bug planted",
          BUG, _logsumexp(forget_normaliser=True), codes=("fd-mismatch",)),
     Case("safe norm, where at 0", "https://www.tensorflow.org/api_docs/python/tf/where (the NaN-gradient note)",
-         CORRECT, _safe_norm()),
+         CORRECT, _safe_norm(), warnings=("nondifferentiable-point",)),  # true: the norm has a cone at 0
     Case("norm without the where, NaN at 0", "tensorflow/tensorflow issue 12071 (tf.norm gradient NaN at zero)", BUG,
          _safe_norm(with_where=False), codes=("nonfinite-gradient",)),
     Case("divide_no_nan", "tensorflow/tensorflow tensorflow/python/ops/math_grad.py (_DivNoNanGrad)", CORRECT,
          _divide_no_nan),
-    Case("clip_by_value, masked gradient", "tensorflow/tensorflow tensorflow/python/ops/math_grad.py (_ClipByValueGrad)",
-         CORRECT, _clip_by_value_gradient),
+    Case("clip_by_value, masked gradient", "tensorflow/tensorflow tensorflow/python/ops/math_grad.py "
+         "(_ClipByValueGrad)", CORRECT, _clip_by_value_gradient),
     # TensorFlow Probability
     Case("tfp log_cosh (vjp_fwd/vjp_bwd)", TFP_GENERIC + " (log_cosh); tensorflow_probability/python/internal/"
          "custom_gradient.py", CORRECT, _tfp_log_cosh),
@@ -1077,8 +1083,10 @@ CASES: list[Case] = [
          {"surrogate": True, "framework": "keras"}),
     Case("keras fake_quant, min gradient not summed", KERAS_QUANT + ", ops.sum left out", BUG,
          _keras_fake_quant(reduce_min=False), {"surrogate": True, "framework": "keras"}, codes=("grad-shape",)),
-    Case("keras int8 Dense matmul_with_inputs_gradient", "keras-team/keras keras/src/layers/core/dense.py (_int8_call)",
-         CORRECT, _keras_int8_matmul, {"framework": "keras"}),
+    # None for kernel_scale, which the output depends on: no gradient on purpose (Keras does not train the scale).
+    Case("keras int8 Dense matmul_with_inputs_gradient, declared",
+         "keras-team/keras keras/src/layers/core/dense.py (_int8_call)", SURROGATE, _keras_int8_matmul,
+         {"framework": "keras", "surrogate": True}, warnings=("none-gradient",)),
     # gradient reversal
     Case("GradReverse layer, declared", "mycal-tucker/fair-baselines models/flip_gradient_tf.py", SURROGATE,
          _grl_layer, {"surrogate": True}),
