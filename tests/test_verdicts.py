@@ -277,3 +277,12 @@ def test_state_a_gradient_function_reaches_through_self_is_noticed_and_put_back(
     assert "`self.calls` (assigned)" in found.message and "`self.strength` (assigned)" in found.message
     assert "graph-mismatch" not in report.codes() and report.verdict == "surrogate"
     assert float(layer.calls.numpy()) == 0.0 and float(layer.strength.numpy()) == 0.0
+
+
+def test_a_scalar_hyper_parameters_unreduced_gradient_is_told_to_be_summed_not_called_a_jacobian():
+    def gradient_reversal(x, strength):  # public DANN code: [-dy * lamb, -dy * lamb], lamb's gradient never summed
+        return tf.identity(x), lambda upstream: [-upstream * strength, -upstream * strength]
+
+    found = problem(gradmagic.check(gradient_reversal, tf.constant([0.5, -1.0, 2.0]), tf.constant(0.3)), "grad-shape")
+    assert found.location.input == "strength" and "full Jacobian" not in found.message
+    assert "`strength` was broadcast in the forward" in found.message and "tf.reduce_sum(grad, axis=[0])" in found.message
