@@ -1043,7 +1043,7 @@ CASES: list[Case] = [
     Case("safe norm, where at 0", "https://www.tensorflow.org/api_docs/python/tf/where (the NaN-gradient note)",
          CORRECT, _safe_norm(), warnings=("nondifferentiable-point",)),  # true: the norm has a cone at 0
     Case("norm without the where, NaN at 0", "tensorflow/tensorflow issue 12071 (tf.norm gradient NaN at zero)", BUG,
-         _safe_norm(with_where=False), codes=("nonfinite-gradient",)),
+         _safe_norm(with_where=False), codes=("nonfinite-gradient",), element=("x", (1, 0))),
     Case("divide_no_nan", "tensorflow/tensorflow tensorflow/python/ops/math_grad.py (_DivNoNanGrad)", CORRECT,
          _divide_no_nan),
     Case("clip_by_value, masked gradient", "tensorflow/tensorflow tensorflow/python/ops/math_grad.py "

@@ -285,4 +285,5 @@ def test_a_scalar_hyper_parameters_unreduced_gradient_is_told_to_be_summed_not_c
 
     found = problem(gradmagic.check(gradient_reversal, tf.constant([0.5, -1.0, 2.0]), tf.constant(0.3)), "grad-shape")
     assert found.location.input == "strength" and "full Jacobian" not in found.message
-    assert "`strength` was broadcast in the forward" in found.message and "tf.reduce_sum(grad, axis=[0])" in found.message
+    assert "`strength` was broadcast in the forward" in found.message
+    assert "tf.reduce_sum(grad, axis=[0])" in found.message
