@@ -942,6 +942,19 @@ def _one_wrong_element_float32(size=20_000):
     return build
 
 
+def _gather_duplicates_overwritten():
+    indices = tf.constant([[0], [2], [2], [4]])
+
+    @tf.custom_gradient
+    def gather(params):
+        def backward(upstream):  # update, not add: the two rows gathered from params[2] do not accumulate
+            return tf.tensor_scatter_nd_update(tf.zeros_like(params), indices, upstream)
+
+        return tf.gather_nd(params, indices), backward
+
+    return gather, (f32([0.5, -1.0, 2.0, 0.3, 1.1, -0.7]),)
+
+
 def _float64_gradient():
     @tf.custom_gradient
     def gelu_tanh(x):
@@ -1145,6 +1158,9 @@ CASES: list[Case] = [
     # issue 18's classes
     Case("1 of 20,000 float32 elements dropped", "a hand-written gradient's off-by-one slice (issue 18)", BUG,
          _one_wrong_element_float32(), codes=("fd-mismatch",), element=("x", (19_999,))),
+    Case("gather, duplicate indices overwritten", "tensorflow/tensorflow tensorflow/python/ops/array_grad.py "
+         "(_GatherV2Grad accumulates repeated indices), scatter-update in place of scatter-add", BUG,
+         _gather_duplicates_overwritten, codes=("fd-mismatch",), element=("params", (2,))),
     Case("gelu gradient returned in float64", "a float32 op's gradient computed and returned in float64", BUG,
          _float64_gradient, codes=("grad-dtype",)),
     Case("tanh, Jacobian returned", "the Jacobian instead of the vector-Jacobian product", BUG,
