@@ -75,7 +75,8 @@ def _summary(rows, total: float) -> None:
     print(f"precise codes:         {sum(bool(j.precise) for j in bugs)}/{len(bugs)}")
     print(f"located:               {sum(bool(j.located) for j in with_element)}/{len(with_element)}")
     known_correct = sum(1 for case, j in judged if case.kind == CORRECT and case.known_failure and not j.met)
-    print(f"false alarms:          {sum(not j.met for j in correct)}/{len(correct)} correct ops ({known_correct} known), "
+    print(f"false alarms:          {sum(not j.met for j in correct)}/{len(correct)} correct ops "
+          f"({known_correct} known), "
           f"{sum(j.outcome == 'false alarm' for j in declared)}/{len(declared)} declared surrogates")
     print(f"surrogates named:      {sum(j.met for j in undeclared)}/{len(undeclared)} undeclared "
           f"(failed but unnamed: {sum(j.outcome == 'right' and not j.met for j in undeclared)})")
