@@ -178,3 +178,24 @@ def test_a_single_wrong_element_of_a_3000_element_float32_variable_is_caught_and
     report = gradmagic.check(scale, tf.constant(np.random.default_rng(3).normal(size=3000).astype(np.float32)))
     assert report.codes() == ["fd-mismatch"]
     assert [(e.input, e.index) for e in report.numerics.worst][:1] == [("w", (2500,))]
+
+
+def test_a_composite_reaching_a_gradient_of_the_wrong_shape_gets_grad_shape_not_an_fd_error():
+    def lbeta(x, y):  # TensorFlow Probability's pattern: a wrapper around an inner tf.custom_gradient of *args
+        @tf.custom_gradient
+        def inner(*args):
+            a, b = args
+            common = tf.math.digamma(a + b)
+            value = tf.math.lgamma(a) + tf.math.lgamma(b) - tf.math.lgamma(a + b)
+            # Both gradients have the broadcast shape [2, 3]: neither is summed back to its input's shape.
+            return value, lambda upstream: (
+                upstream * (tf.math.digamma(a) - common),
+                upstream * (tf.math.digamma(b) - common),
+            )
+
+        return inner(x, y)
+
+    report = gradmagic.check(lbeta, tf.constant([0.5, 1.5, 3.0]), tf.constant([[2.0], [4.5]]))
+    assert report.op.origin == "composite" and "fd-error" not in report.codes()
+    found = problem(report, "grad-shape")
+    assert "has 12 elements where its inputs (`x` [3], `y` [2, 1]) have 5" in found.message

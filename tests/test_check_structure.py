@@ -124,11 +124,15 @@ def test_gradient_function_not_returning_a_pair_with_variables():
 
 
 def test_none_gradient_warns_for_floats_and_integer_inputs_are_not_differentiable():
-    def op(x, n, y):  # y does not enter the output: None is right, but worth a word
+    def op(x, n, y):  # y does not enter the output: None is right, and the numbers confirm it
         return x * tf.cast(n, tf.float32), lambda dy: (dy * tf.cast(n, tf.float32), None, None)
 
     report = gradmagic.check(tf.custom_gradient(op), tf.constant([1.0]), tf.constant([2]), tf.constant([3.0]))
-    warning = problem(report, "none-gradient")
+    confirmed = problem(report, "none-gradient")
+    assert confirmed.severity == "info" and confirmed.location.input == "y" and "None is right" in confirmed.message
+    unchecked = gradmagic.check(tf.custom_gradient(op), tf.constant([1.0]), tf.constant([2]), tf.constant([3.0]),
+                                numbers=False)
+    warning = problem(unchecked, "none-gradient")
     assert warning.severity == "warning" and warning.location.input == "y" and "tf.zeros_like(y)" in warning.message
     info = problem(report, "not-differentiable")
     assert info.severity == "info" and info.location.input == "n" and "int32" in info.message

@@ -356,3 +356,33 @@ def test_a_nan_gradient_gets_no_surrogate_or_linearity_hint():
     report = gradmagic.check(tf.custom_gradient(nan_where_negative), POINTS)
     assert report.verdict == "fail" and report.surrogate is None
     assert all("not linear in the upstream" not in p.message for p in report.problems)
+
+
+def test_a_straight_through_gumbel_softmax_is_named_by_its_argmax():
+    noise = tf.constant([[0.3, -0.2, 0.9, 0.1], [0.5, 1.1, -0.4, 0.0]])
+
+    def gumbel_softmax_hard(logits):  # the one-hot sample forward, the soft sample's gradient backward
+        soft = tf.nn.softmax((logits + noise) / 0.5)
+        hard = tf.one_hot(tf.argmax(soft, axis=-1), 4)
+        return hard, lambda upstream: soft * (upstream - tf.reduce_sum(upstream * soft, -1, keepdims=True)) / 0.5
+
+    logits = tf.constant([[0.5, 1.5, -0.2, 0.1], [1.0, 0.2, 0.3, -1.0]])
+    report = gradmagic.check(tf.custom_gradient(gumbel_softmax_hard), logits)
+    assert report.surrogate.pattern == "straight-through estimator"
+    assert "`argmax` is piecewise constant" in problem(report, "fd-mismatch").message
+
+
+def test_a_declared_quantiser_with_steps_finer_than_the_finite_difference_step_is_not_warned_about_its_jumps():
+    step = 2 / 255  # 8-bit fake quantisation over [-1, 1]: jumps every 0.0078, some within a step of the points
+
+    def fake_quant(x):  # computes in float32 (as TensorFlow's fake_quant ops do): finite differences in float32 steps
+        inside = tf.cast(x, tf.float32)
+        return tf.round(tf.clip_by_value(inside, -1.0, 1.0) / step) * step, lambda upstream: upstream * tf.cast(
+            tf.abs(x) <= 1, upstream.dtype
+        )
+
+    x = tf.constant([-1.4, -0.33, 0.02, 0.41, 0.77, 1.6])
+    report = gradmagic.check(tf.custom_gradient(fake_quant), x, surrogate=True)
+    assert report.verdict == "surrogate", report.codes()
+    kinks = [p for p in report.problems if p.code == "nondifferentiable-point"]
+    assert kinks and all(p.severity == "info" for p in kinks)

@@ -238,3 +238,52 @@ def test_a_gradient_function_with_side_effects_is_noticed_and_its_state_put_back
     assert "put it back" in found.message
     assert float(calls.numpy()) == 0.0 and seen == []
     assert report.verdict == "warn"
+
+
+def test_a_none_gradient_for_a_hyper_parameter_the_forward_ignores_is_right_not_a_warning():
+    def clip_gradient_by_norm(x, norm):  # TensorFlow's eager guide: the clip norm is an input with no gradient
+        return tf.identity(x), lambda upstream: [tf.clip_by_norm(upstream, norm), None]
+
+    report = gradmagic.check(clip_gradient_by_norm, tf.constant([3.0, -4.0, 1.0]), tf.constant(1.0), surrogate=True)
+    found = problem(report, "none-gradient")
+    assert found.severity == "info" and found.location.input == "norm" and "None is right" in found.message
+    assert report.verdict == "surrogate"
+
+    def scaled(x, scale):  # the output depends on `scale`: its None gradient stays a warning, and the numbers fail it
+        return x * scale, lambda upstream: (upstream * scale, None)
+
+    wrong = gradmagic.check(scaled, tf.constant([3.0, -4.0]), tf.constant(2.0))
+    assert problem(wrong, "none-gradient").severity == "warning" and "fd-mismatch" in wrong.codes()
+
+
+def test_state_a_gradient_function_reaches_through_self_is_noticed_and_put_back():
+    class ScheduledReversal(tf.Module):  # DANN's schedule: every backward pass counts itself, updates the strength
+        def __init__(self):
+            super().__init__()
+            self.calls, self.strength = tf.Variable(0.0), tf.Variable(0.0)
+
+        @tf.custom_gradient
+        def reverse(self, x):
+            def grad(upstream):
+                self.calls.assign_add(1.0)
+                self.strength.assign(2.0 / (1.0 + tf.exp(-self.calls)) - 1.0)
+                return -self.strength * upstream
+
+            return tf.identity(x), grad
+
+    layer = ScheduledReversal()
+    report = gradmagic.check(layer.reverse, tf.constant([0.5, -1.0, 2.0]), surrogate=True)
+    found = problem(report, "grad-side-effect")
+    assert "`self.calls` (assigned)" in found.message and "`self.strength` (assigned)" in found.message
+    assert "graph-mismatch" not in report.codes() and report.verdict == "surrogate"
+    assert float(layer.calls.numpy()) == 0.0 and float(layer.strength.numpy()) == 0.0
+
+
+def test_a_scalar_hyper_parameters_unreduced_gradient_is_told_to_be_summed_not_called_a_jacobian():
+    def gradient_reversal(x, strength):  # public DANN code: [-dy * lamb, -dy * lamb], lamb's gradient never summed
+        return tf.identity(x), lambda upstream: [-upstream * strength, -upstream * strength]
+
+    found = problem(gradmagic.check(gradient_reversal, tf.constant([0.5, -1.0, 2.0]), tf.constant(0.3)), "grad-shape")
+    assert found.location.input == "strength" and "full Jacobian" not in found.message
+    assert "`strength` was broadcast in the forward" in found.message
+    assert "tf.reduce_sum(grad, axis=[0])" in found.message

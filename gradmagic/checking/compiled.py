@@ -27,7 +27,26 @@ def take_own_precision(run: CheckRun) -> bool:
     except Exception as error:  # the framework's own error about the user's op
         report_compiled_failure(run, error)
         return False
-    return True
+    return _gradient_has_the_inputs_size(run)
+
+
+def _gradient_has_the_inputs_size(run: CheckRun) -> bool:
+    """`grad-shape` (False) when the gradient taken through the custom gradients a composite reaches has another
+    number of elements than its inputs: one of them returned a gradient of the wrong shape, which the framework passed
+    on unchecked (a decorated op's gradients were checked one by one before)."""
+    found, columns = run.own_precision.vjps.custom.shape[-1], run.columns
+    if found == columns.size:
+        return True
+    inputs = ", ".join(f"`{name}` {list(shape)}" for name, shape in zip(columns.names, columns.shapes))
+    run.findings.add(
+        "grad-shape",
+        "error",
+        f"The gradient taken through the custom gradients that `{run.findings.name}` reaches has {found} elements "
+        f"where its inputs ({inputs}) have {columns.size}: a custom gradient returns a gradient of another shape than "
+        "its input, and the framework passed it on without a check. After a broadcast, sum the gradient over the "
+        "broadcast axes (and reshape it to the input's shape).",
+    )
+    return False
 
 
 def report_compiled_failure(run: CheckRun, error: Exception) -> None:

@@ -10,6 +10,8 @@ step sizes sits on a non-differentiable point and is left out.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from gradmagic.checking import surrogate
@@ -76,12 +78,14 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
 
     own_autodiff = None if own.autodiff is None else own.autodiff[0]
     if kinks.any():
-        _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings)
+        severity = "info" if options.surrogate else "warning"  # a declared surrogate's comparison informs
+        _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings, severity)
     unjudged = ~kinks & ~np.isfinite(numerical_t).all(axis=1)
     if unjudged.any():
         _report_unjudged(unjudged, z, steps, custom, columns, findings)
     if not judged.any():
         return Numerics(mode="skipped", skipped_because="no element could be judged: finite differences are NaN/Inf")
+    _confirm_none_gradients(findings, columns, numerical_t, tolerance_t, judged.T)
     if mismatched.any():
         _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
     elif options.surrogate:
@@ -144,7 +148,27 @@ def _kinks(run: CheckRun, layout: Layout, z, steps, center, plus, minus, candida
     return kinks
 
 
-def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings) -> None:
+def _confirm_none_gradients(findings: Findings, columns: Axis, numerical_t, tolerance_t, judged_t) -> None:
+    """A None gradient for an input the outputs do not depend on (finite differences zero at every judged element,
+    as for a hyper-parameter of an identity forward) is right: its `none-gradient` warning becomes an info."""
+    for position, found in enumerate(findings.problems):
+        if found.code != "none-gradient" or found.severity != "warning" or found.location.input not in columns.names:
+            continue
+        part = columns.names.index(found.location.input)
+        start, stop = columns.offsets[part], columns.offsets[part + 1]
+        compared = judged_t[start:stop]
+        if not compared.all() or (np.abs(numerical_t[start:stop]) > tolerance_t[start:stop]).any():
+            continue
+        message = found.message.split(":")[0]
+        findings.problems[position] = dataclasses.replace(
+            found,
+            severity="info",
+            message=f"{message}, and the outputs do not depend on it here (its finite differences are zero): None "
+            "is right.",
+        )
+
+
+def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings, severity: str) -> None:
     kink_columns = np.flatnonzero(kinks)
     forward_side, backward_side = forward_side_t.T, backward_side_t.T
     for column in kink_columns[:LISTED]:
@@ -152,7 +176,7 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
         row = int(np.argmax(np.abs(forward_side[:, column] - backward_side[:, column])))
         findings.add(
             "nondifferentiable-point",
-            "warning",
+            severity,
             f"At {element_label(name, index)} = {z[column]:.6g} the forward is not differentiable: its slope is "
             f"{backward_side[row, column]:.6g} from the left and {forward_side[row, column]:.6g} from the right. "
             "This element is left out of the finite-difference comparison; any value between is a valid "
@@ -163,7 +187,7 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
     if len(kink_columns) > LISTED:
         findings.add(
             "nondifferentiable-point",
-            "warning",
+            severity,
             f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.",
         )
 

@@ -88,11 +88,25 @@ def _reachable(function: Callable) -> dict[str, Any]:
             found[name] = cell.cell_contents
         except ValueError:  # an empty cell
             continue
+    names = _names(code)
     namespace = getattr(function, "__globals__", {})
-    for name in _names(code):
+    for name in names:
         if name in namespace and name not in found:
             found[name] = namespace[name]
+    for name, value in list(found.items()):
+        found.update(_attributes(name, value, names))
     return found
+
+
+def _attributes(name: str, value: Any, names: set[str]) -> dict[str, Any]:
+    """The attributes of an object the code names (`self.calls` of a layer whose gradient function counts in a
+    variable): one level deep, plain objects only (not modules, classes, functions or what is saved itself)."""
+    if isinstance(value, (types.ModuleType, type, types.FunctionType, types.MethodType, np.ndarray, *_CONTAINERS)):
+        return {}
+    attributes = getattr(value, "__dict__", None)
+    if not isinstance(attributes, dict):
+        return {}
+    return {f"{name}.{attribute}": attributes[attribute] for attribute in names if attribute in attributes}
 
 
 def _names(code: types.CodeType) -> set[str]:

@@ -507,7 +507,8 @@ def _shape_message(
         f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
         f"{wording.wrong_shape}"
     )
-    for output in output_shapes:
+    # A scalar input's Jacobian has the output's shape, as its unreduced broadcast has, by far the likelier mistake.
+    for output in output_shapes if expected else ():
         if got in (tuple(output) + tuple(expected), tuple(expected) + tuple(output)):
             return message + (
                 f" Its shape is the output's {list(output)} and the {role}'s {list(expected)} together: the gradient "

@@ -39,7 +39,7 @@ NEAR_ONE = 0.1
 STRUCTURE_RTOL = 1e-6
 
 # What the forward's ops do (`RawOp.meaning`, each adapter's spelling normalised) where that makes a surrogate likely.
-_PIECEWISE_CONSTANT = ("round", "sign", "floor", "ceil")
+_PIECEWISE_CONSTANT = ("round", "sign", "floor", "ceil", "argmax")
 #: tf.clip_by_value traces as a Minimum and a Maximum.
 _CLIP_PAIR = frozenset({"minimum", "maximum"})
 #: A traced forward op that is none of the above.

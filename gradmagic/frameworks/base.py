@@ -159,7 +159,8 @@ class RawOp:
     passthrough: tuple[int, ...] = ()  # for kind "passthrough": the input each output forwards
     label: str = ""  # variables and placeholders: their name
     #: What the op does, where it tells an intended surrogate gradient from a mistake, in the framework's own
-    #: spelling normalised by the adapter: "round", "sign", "floor", "ceil", "clip", "minimum", "maximum",
+    #: spelling normalised by the adapter: "round", "sign", "floor", "ceil", "argmax" (argmin too: an index, picked
+    #: by value, as a one-hot Gumbel-softmax sample does), "clip", "minimum", "maximum",
     #: "stop_gradient", "python_function" (a call into Python, with no gradient), "cast", "custom_gradient" (where a
     #: custom-gradient op takes its gradient); None for any other op.
     meaning: str | None = None

@@ -29,7 +29,8 @@ _NAMED_CALLS = {"pjit", "jit"}
 _PASSTHROUGH = {"copy", "copy_p"}
 #: JAX's primitives (and named library calls) that tell an intended surrogate gradient from a mistake (`RawOp.meaning`).
 _MEANINGS = {
-    **{name: name for name in ("round", "sign", "floor", "ceil", "stop_gradient")},
+    **{name: name for name in ("round", "sign", "floor", "ceil", "stop_gradient", "argmax")},
+    "argmin": "argmax",
     **{"clamp": "clip", "clip": "clip", "min": "minimum", "max": "maximum", "convert_element_type": "cast"},
     **{"pure_callback": "python_function", "io_callback": "python_function"},
 }

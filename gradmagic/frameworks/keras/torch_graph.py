@@ -17,7 +17,8 @@ from gradmagic.frameworks.keras.torch_values import call, dtype_name
 _PASSTHROUGH = {"detach", "alias", "lift_fresh", "lift_fresh_copy"}
 #: aten ops that tell an intended surrogate gradient from a mistake (`RawOp.meaning`).
 _MEANINGS = {
-    **{name: name for name in ("round", "sign", "floor", "ceil", "minimum", "maximum")},
+    **{name: name for name in ("round", "sign", "floor", "ceil", "minimum", "maximum", "argmax")},
+    "argmin": "argmax",
     **{"clamp": "clip", "clip": "clip", "hardtanh": "clip", "detach": "stop_gradient", "_to_copy": "cast"},
 }
 

@@ -13,6 +13,8 @@ _MEANINGS = {
     "Sign": "sign",
     "Floor": "floor",
     "Ceil": "ceil",
+    "ArgMax": "argmax",
+    "ArgMin": "argmax",
     "ClipByValue": "clip",
     "Minimum": "minimum",
     "Maximum": "maximum",
