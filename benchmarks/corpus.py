@@ -1037,10 +1037,7 @@ CASES: list[Case] = [
          TF_TESTS + " (testCustomGradientVariablesKwonlyArgs: grad_fn(*dys, variables=None))", BUG,
          _test_keyword_only_variables, codes=("fd-mismatch",)),
     Case("tf test recompute_grad, second order", TF_TESTS + " (testCustomGradientRecomputeGradHigherOrder)", CORRECT,
-         _test_recompute_grad, {"order": 2},
-         known_failure="the second-order check's tape Jacobian inside tf.function makes TensorFlow call "
-         "recompute_grad's transpose, which raises NotImplementedError (fd-error); TensorFlow's own test nests eager "
-         "tapes"),
+         _test_recompute_grad, {"order": 2}),  # the second order by nested eager tapes, as TensorFlow's test
     Case("tf.grad_pass_through(tf.round), declared",
          TF_TESTS + " (GradPassThroughTest); tensorflow/python/ops/custom_gradient.py grad_pass_through", SURROGATE,
          _test_grad_pass_through_round, {"surrogate": True}),

@@ -176,9 +176,19 @@ class TensorFlowAdapter(Adapter):
 
         def compute(inputs, upstream):
             watched = [inputs[k] for k in layout.perturbable]
-            with tf.GradientTape() as outer:
+            with tf.GradientTape(persistent=tf.executing_eagerly()) as outer:
                 outer.watch(watched)
                 gradient = _outputs_and_vjps(layout, inputs, target.op, upstream[None], dtype)[1][0]
+            if tf.executing_eagerly():  # nested eager tapes, a row at a time (as TensorFlow's own tests take them)
+
+                def row(one_hot):
+                    sources = building.sources(layout, inputs)
+                    rows = outer.gradient(
+                        gradient, sources, output_gradients=one_hot, unconnected_gradients=tf.UnconnectedGradients.ZERO
+                    )
+                    return building.flat_gradients(rows, dtype)
+
+                return building.over_rows(row, tf.eye(tf.size(gradient), dtype=dtype))
             blocks = outer.jacobian(
                 gradient,
                 building.sources(layout, inputs),
@@ -187,8 +197,9 @@ class TensorFlowAdapter(Adapter):
             )
             return tf.concat([tf.reshape(tf.cast(block, dtype), [tf.size(gradient), -1]) for block in blocks], axis=1)
 
-        compiled = self._compiled(target, layout, "second_order", compute)
-        return compiled(list(layout.inputs), tf.constant(upstream)).numpy()
+        arguments = (list(layout.inputs), tf.constant(upstream))
+        size = sum(int(np.prod(source.shape)) for source in building.sources(layout, list(layout.inputs)))
+        return self._run(target, layout, "second_order", compute, None, arguments, 2 * (size + 1)).numpy()
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         """Trace forward (name scope "forward") and backward ("backward") in one graph and classify its ops."""
@@ -335,14 +346,11 @@ def _outputs_and_vjps(
         rows.append(vjp(upstreams[0])[None])
     elif count != 0:
         rows.append(building.over_rows(vjp, upstreams))
-    if jacobian:  # by pfor over the outputs, with no identity matrix of M x M (eagerly: a loop, pfor would trace)
+    if jacobian and tf.executing_eagerly():  # a loop of one-hot rows (pfor would trace, tape.jacobian checks shapes)
+        rows.append(building.over_rows(vjp, tf.eye(tf.size(flat), dtype=dtype)))
+    elif jacobian:  # by pfor over the outputs, with no identity matrix of M x M
         try:
-            blocks = tape.jacobian(
-                flat,
-                targets,
-                unconnected_gradients=tf.UnconnectedGradients.ZERO,
-                experimental_use_pfor=not tf.executing_eagerly(),
-            )
+            blocks = tape.jacobian(flat, targets, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         except ValueError:  # pfor cannot vectorise some op: a loop, still in one compiled call
             blocks = tape.jacobian(
                 flat, targets, unconnected_gradients=tf.UnconnectedGradients.ZERO, experimental_use_pfor=False
