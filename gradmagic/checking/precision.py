@@ -96,11 +96,18 @@ def effective(run: CheckRun, layout: Layout) -> str:
     return known[key]
 
 
+#: What an op of the traced graph must do for the op to compute in another precision than its inputs': TensorFlow,
+#: JAX and PyTorch never narrow a float without a cast, and Python code they cannot see may do anything.
+NARROWING = ("cast", "python_function")
+
+
 def _measure(run: CheckRun, layout: Layout) -> str:
     z = run.z(layout)
     declared = str(z.dtype)
     if declared != "float64" or not z.size:  # narrower still inside (mixed precision) is not measured
         return declared
+    if run.raw_graph is not None and not any(op.meaning in NARROWING for op in run.raw_graph.ops):
+        return declared  # the traced graph computes in its inputs' precision throughout: nothing to measure
     candidates = LADDER
     rng = np.random.default_rng([run.options.seed, 5])
     direction = rng.choice([-1.0, 1.0], z.size) * rng.uniform(0.5, 1.0, z.size) * np.maximum(np.abs(z), 1)
