@@ -3,6 +3,7 @@ op and input layout (see `tracing`). Importing this module imports TensorFlow.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any, Callable
@@ -22,6 +23,7 @@ from gradmagic.frameworks.base import (
     Vjps,
     unless_all_nan,
 )
+from gradmagic.frameworks.cache import cache_of
 from gradmagic.frameworks.tensorflow import building, composite, tracing
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
@@ -44,6 +46,13 @@ class TensorFlowAdapter(Adapter):
     compiled = "tf.function"
     graph_compiles = True
     wording = TENSORFLOW
+
+    @contextlib.contextmanager
+    def check_scope(self, target: Target):
+        """Counts the op's checks: a batch ran eagerly in an earlier check is compiled from the next (see `_run`)."""
+        cache = cache_of(target.raw)
+        cache[_CHECKS] = cache.get(_CHECKS, 0) + 1
+        yield
 
     def decorate(self, function: Callable) -> Callable:
         """Decorate with `tf.custom_gradient`; the op also works where TensorFlow's alone fails.
@@ -245,10 +254,12 @@ class TensorFlowAdapter(Adapter):
     def _run(
         self, target: Target, layout: Layout, kind: str, compute: Callable, signature: list, arguments: tuple, work: int
     ) -> Any:
-        """`compute(*arguments)`, compiled when it already is for this op, or when its work (forward evaluations, a
-        vector-Jacobian product counting two) would cost more eagerly than a trace; else eagerly, traced never."""
+        """`compute(*arguments)` compiled, or eagerly (traced never) the first time a small batch (its work in
+        forward evaluations, a vector-Jacobian product counting two) runs for this op: a cold op's check needs few
+        evaluations, and a trace costs more than they do; an op checked again gets its compiled functions."""
         compiled = self._compiled(target, layout, kind, compute, signature)
-        if work > EAGER_WORK or compiled.is_traced(*arguments):
+        check = cache_of(target.raw).get(_CHECKS, 0)
+        if compiled.worth_tracing(*arguments, work=work, eager_work=EAGER_WORK, check=check):
             with _VariablesRestored(layout):
                 return compiled(*arguments)
 
@@ -299,6 +310,8 @@ class KerasTensorFlowAdapter(TensorFlowAdapter):
 # -- the pieces of the compiled functions --------------------------------------------------------------------------
 
 
+#: The key in an op's cache (`cache_of`) counting its checks.
+_CHECKS = "checks"
 #: Work up to which a cold op's batch runs eagerly: tracing a `tf.function` costs as much as 15 to 60 eager
 #: vector-Jacobian products of the same op (measured, from 3 to 300 ops), and most checks of a small op need fewer.
 EAGER_WORK = 64

@@ -106,6 +106,7 @@ class Compiled:
         self.function = function
         self.registrations = registrations
         self.traced: set = set()  # the argument shapes and dtypes already traced for
+        self.ran_eagerly: dict = {}  # ... and the check of the op that ran them eagerly instead (`worth_tracing`)
 
     def __call__(self, *args):
         key = self._key(args)
@@ -114,9 +115,16 @@ class Compiled:
             self.traced.add(key)
         return self.function(*args)
 
-    def is_traced(self, *args) -> bool:
-        """Whether a call with these arguments runs without tracing."""
-        return self._key(args) in self.traced
+    def worth_tracing(self, *args, work: int, eager_work: int, check: int) -> bool:
+        """Whether to call the compiled function with these arguments rather than run them eagerly: when it is traced
+        for them already, when `work` exceeds `eager_work` (what an eager run may cost), or when they ran eagerly in
+        an earlier check (number `check` counts the op's checks): the op is checked again, and a trace now pays back
+        on every later check. Else it notes an eager run."""
+        key = self._key(args)
+        if key in self.traced or work > eager_work or self.ran_eagerly.get(key, check) != check:
+            return True
+        self.ran_eagerly[key] = check
+        return False
 
     def _key(self, args: tuple) -> tuple:
         key = (tf_context.context().device_name,)
