@@ -8,7 +8,7 @@ then a ``%%custom_gradient`` cell turns its code into a ``tf.custom_gradient``
 op bound in the notebook and checked (see ``%custom_gradient?``). In Python::
 
     report = gradmagic.check(op, x)        # a Report: report.ok, report.problems, report.to_dict()
-    gradmagic.widget(report)               # its ipywidgets view (what a Report displays as in Jupyter)
+    gradmagic.widget(report)               # its live view (one anywidget; what a Report displays as in Jupyter)
     gradmagic.assert_gradient(op, x)       # for test suites
     gradmagic.gradient_graph(op, x)        # the forward and backward as traced, saved tensors marked
 

@@ -116,8 +116,9 @@ class GradientMagics(Magics):
     sweep = _option(
         Bool,
         "sweep",
-        "Sweep a scalar input, or an input the op is element-wise in, and draw the output and its derivative "
-        "(custom, autodiff, finite differences) along it.",
+        "Compute the sweep with every check: a scalar input, or an input the op is element-wise in, swept, the "
+        "output and its derivative (custom, autodiff, finite differences) drawn along it. Off: the live report's "
+        "Sweep computes it when asked.",
     )
     framework = Enum(
         frameworks.NAMES,

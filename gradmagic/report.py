@@ -19,7 +19,7 @@ from typing import Any
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -95,6 +95,9 @@ class JacobianBlock:
     custom: list[float | None]
     numerical: list[float | None]
     autodiff: list[float | None]
+    #: The check's scaled error of each entry (1.0 is the tolerance; -1 where nothing was judged: a kink, no finite
+    #: difference); None in a report saved before schema 1.7.
+    error: list[float | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,18 @@ class GraphLayout:
 
     positions: dict[str, tuple[float, float]]
     scopes: tuple[GraphScope, ...] = ()
+    #: Edges that would cross another node's box drawn straight, with the points they pass through between their ends
+    #: (layout units); an edge not listed is drawn straight.
+    routes: tuple[GraphRoute, ...] = ()
+
+
+@dataclass(frozen=True)
+class GraphRoute:
+    """The bend points of one drawn edge, between its ends, in layout units."""
+
+    source: str
+    target: str
+    points: tuple[tuple[float, float], ...]
 
 
 @dataclass(frozen=True)
@@ -356,6 +371,7 @@ class Report:
                     **block,
                     "shape": tuple(block["shape"]),
                     **{key: [_number(v) for v in block[key]] for key in ("custom", "numerical", "autodiff")},
+                    "error": None if block.get("error") is None else [_number(v) for v in block["error"]],
                 }
             )
             for block in numerics["jacobians"]
@@ -408,6 +424,10 @@ def _graph_layout(data: dict[str, Any] | None) -> GraphLayout | None:
     return GraphLayout(
         positions={node_id: tuple(point) for node_id, point in data["positions"].items()},
         scopes=tuple(GraphScope(**_tuples(scope, "members")) for scope in data["scopes"]),
+        routes=tuple(
+            GraphRoute(route["source"], route["target"], tuple(tuple(point) for point in route["points"]))
+            for route in data.get("routes", ())
+        ),
     )
 
 

@@ -143,12 +143,18 @@ def kernel(tmp_path):
     manager.shutdown_kernel(now=True)
 
 
-def run(client, code: str, timeout: float = 120, cell_id: str | None = None, deleted_cells=()) -> dict:
-    """Execute `code` as a notebook frontend does (naming the cell, as JupyterLab does, if `cell_id`).
+def run(
+    client, code: str, timeout: float = 120, cell_id: str | None = None, deleted_cells=(), front_end: str = "jupyterlab"
+) -> dict:
+    """Execute `code` as a notebook frontend does: naming the cell if `cell_id`, with JupyterLab's and Notebook 7's
+    other metadata (`deletedCells`, `recordTiming`) for `front_end` "jupyterlab", the cell id alone (as VS Code) for
+    "notebook".
 
     Returns the reply's content plus `shown` (the text it printed, displayed
-    or raised), `outputs` (the MIME bundles it displayed), `opened` and
-    `closed` (the comm ids it opened and closed).
+    or raised), `outputs` (the MIME bundles it displayed), `metadata` (each
+    output's metadata), `opened` and `closed` (the comm ids it opened and
+    closed) and `states` (comm id -> the widget state it opened with and
+    every update since).
     """
     content = {
         "code": code,
@@ -158,11 +164,27 @@ def run(client, code: str, timeout: float = 120, cell_id: str | None = None, del
         "allow_stdin": False,
         "stop_on_error": True,
     }
-    metadata = {"cellId": cell_id, "deletedCells": list(deleted_cells)} if cell_id else {}
+    metadata = {}
+    if cell_id:
+        metadata = {"cellId": cell_id}
+        if front_end == "jupyterlab":
+            metadata.update(deletedCells=list(deleted_cells), recordTiming=False)
     request = client.session.msg("execute_request", content, metadata=metadata)
     client.shell_channel.send(request)
-    message_id = request["header"]["msg_id"]
-    shown, outputs, opened, closed = [], [], [], []
+    return {**_answer(client, request["header"]["msg_id"], timeout, shell_reply=True)}
+
+
+def send_to_widget(client, comm_id: str, content: dict, timeout: float = 120) -> dict:
+    """Send a widget's front-end message (`model.send(content)` in its view) to the kernel, as JupyterLab does, and
+    collect what the kernel answers until it is idle (as `run`)."""
+    data = {"method": "custom", "content": content}
+    request = client.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+    client.shell_channel.send(request)
+    return _answer(client, request["header"]["msg_id"], timeout, shell_reply=False)
+
+
+def _answer(client, message_id: str, timeout: float, shell_reply: bool) -> dict:
+    shown, outputs, metadata, opened, closed, states = [], [], [], [], [], {}
     while True:
         message = client.get_iopub_msg(timeout=timeout)
         if message["parent_header"].get("msg_id") != message_id:
@@ -173,17 +195,31 @@ def run(client, code: str, timeout: float = 120, cell_id: str | None = None, del
             shown.append(content["text"])
         elif kind in ("execute_result", "display_data"):
             outputs.append(content["data"])
+            metadata.append(content.get("metadata") or {})
             shown.append(content["data"].get("text/plain", ""))
         elif kind == "error":
             shown.append(f"{content['ename']}: {content['evalue']}")
         elif kind == "comm_open":
             opened.append(content["comm_id"])
+            states.setdefault(content["comm_id"], []).append(content["data"].get("state", {}))
+        elif kind == "comm_msg" and content["data"].get("method") == "update":
+            states.setdefault(content["comm_id"], []).append(content["data"]["state"])
         elif kind == "comm_close":
             closed.append(content["comm_id"])
         elif kind == "status" and content["execution_state"] == "idle":
             break
-    while True:
+    reply = {}
+    while shell_reply:
         reply = client.get_shell_msg(timeout=timeout)
         if reply["parent_header"].get("msg_id") == message_id:
+            reply = reply["content"]
             break
-    return {**reply["content"], "shown": "".join(shown), "outputs": outputs, "opened": opened, "closed": closed}
+    return {
+        **reply,
+        "shown": "".join(shown),
+        "outputs": outputs,
+        "metadata": metadata,
+        "opened": opened,
+        "closed": closed,
+        "states": states,
+    }

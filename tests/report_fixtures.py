@@ -109,7 +109,7 @@ def reports() -> dict[str, Report]:
     bump = np.ones(5000, np.float32)
     bump[7] = 2.0
     return {
-        "log1pexp": gradmagic.check(tf.custom_gradient(log1pexp), tf.constant([-5.0, 0.0, 100.0])),
+        "log1pexp": gradmagic.check(tf.custom_gradient(log1pexp), tf.constant([-5.0, 0.0, 100.0]), sweep=True),
         "unreduced_bias": gradmagic.check(tf.custom_gradient(add_bias), tf.ones([2, 3]), tf.ones([3])),
         "projection": gradmagic.check(
             tf.custom_gradient(lambda x: (tf.sin(x), lambda dy: dy * tf.cos(x) * bump)),
@@ -121,9 +121,16 @@ def reports() -> dict[str, Report]:
         # Swept over [-2.5, 2.5]: sweep points fall on round's jumps at +-0.5, +-1.5 and +-2.5 (both ends),
         # where finite differences are the jump over 2h (off scale).
         "straight_through": gradmagic.check(
-            tf.custom_gradient(quantise), tf.constant(QUANTISE_INPUT), surrogate=True, sweep_range=(-2.5, 2.5)
+            tf.custom_gradient(quantise), tf.constant(QUANTISE_INPUT), surrogate=True, sweep=True, sweep_range=(-2.5, 2.5)
         ),
-        "gradient_reversal": gradmagic.check(tf.custom_gradient(reverse_gradient), tf.constant(QUANTISE_INPUT)),
+        "gradient_reversal": gradmagic.check(
+            tf.custom_gradient(reverse_gradient), tf.constant(QUANTISE_INPUT), sweep=True
+        ),
+        # Wrong by a factor of 1.05 at 4 x 4 elements: Jacobian heatmaps worth drawing, the error map red on the
+        # diagonal and grey (within the tolerance) elsewhere.
+        "scaled_square": gradmagic.check(
+            tf.custom_gradient(lambda x: (x * x, lambda dy: dy * 2.1 * x)), tf.constant([1.0, 2.0, 3.0, 4.0])
+        ),
         "keras_backends": gradmagic.check(
             keras_log1pexp, np.array([-5.0, 0.0, 100.0]), framework="keras", backends="all"
         ),

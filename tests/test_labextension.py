@@ -13,8 +13,17 @@ import numpy as np
 import pytest
 import report_fixtures
 
-from gradmagic.render import surrogate_line
-from gradmagic.render.figures import jumps
+from gradmagic.render import (
+    headline,
+    key_figures,
+    no_graph_reason,
+    no_sweep_reason,
+    numerics_summary,
+    shown_elements,
+    surrogate_line,
+    sweep_summary,
+)
+from gradmagic.render.figures import heatmap_blocks, jumps
 from gradmagic.report import schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,15 +38,28 @@ def as_array(values) -> np.ndarray:
 @pytest.fixture(scope="module")
 def fixture_folder(tmp_path_factory) -> Path:
     """Each report as `<name>.json`, and `python-renderers.txt`: what the Python renderers show of each that the
-    lab renderer must show alike (the surrogate line, the sweep points whose finite differences the sweep figure
-    marks at a jump, off scale, and the nodes and edges the graph drawing draws, name scopes folded)."""
+    lab view must show alike (the headline, key figures, the sentences that say why a section is empty, the
+    elements listed, the heatmaps drawn, the surrogate line, the sweep points whose finite differences the sweep
+    figure marks at a jump, off scale, and the nodes and edges the graph drawing draws, name scopes folded)."""
     folder = tmp_path_factory.mktemp("report-fixtures")
     shown = {}
     for name, report in report_fixtures.reports().items():
         data = report.to_dict()
         jsonschema.validate(data, schema())
         (folder / f"{name}.json").write_text(json.dumps(data, allow_nan=False, indent=1))
-        shown[name] = {"surrogate_line": surrogate_line(report), "jumps": None, "drawn": None}
+        shown[name] = {
+            "surrogate_line": surrogate_line(report),
+            "headline": headline(report),
+            "key_figures": key_figures(report),
+            "numerics_summary": numerics_summary(report),
+            "no_sweep_reason": None if report.sweep else [no_sweep_reason(report), no_sweep_reason(report, live=True)],
+            "no_graph_reason": None if report.graph else no_graph_reason(report),
+            "sweep_summary": sweep_summary(report.sweep) if report.sweep else None,
+            "shown_elements": [[e.input, list(e.index)] for e in shown_elements(report.numerics)],
+            "heatmaps": [[b.input, b.output] for b in heatmap_blocks(report.numerics)],
+            "jumps": None,
+            "drawn": None,
+        }
         if report.graph is not None:
             drawn = report.graph.folded()
             shown[name]["drawn"] = {

@@ -71,6 +71,6 @@ def test_user_text_is_escaped_in_html():
     html = render_html(report)
     assert "<script>" not in html and "<b>bold</b>" not in html
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
-    bundle = report_bundle(report)
-    assert set(bundle) == {MIME_TYPE, "text/plain", "text/html", "image/png"} and bundle["text/html"] == html
+    bundle, metadata = report_bundle(report)  # no kernel here: no widget
+    assert set(bundle) == {MIME_TYPE, "text/plain", "text/html"} and bundle["text/html"] == html and not metadata
     assert MIME_TYPE == "application/vnd.gradmagic.report+json" and bundle[MIME_TYPE] == report.to_dict()

@@ -7,6 +7,8 @@ including ones that resemble a pattern (a gradient scaled by 1.001), keep a
 plain failure with no surrogate hint.
 """
 
+from xml.etree import ElementTree
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -116,7 +118,7 @@ def test_declared_reversal_compares_with_autodiff_where_it_exists():
 
 
 def test_the_sweep_shows_the_box_shaped_surrogate_against_the_step_shaped_round():
-    report = gradmagic.check(tf.custom_gradient(straight_through_round), POINTS, surrogate=True)
+    report = gradmagic.check(tf.custom_gradient(straight_through_round), POINTS, surrogate=True, sweep=True)
     sweep = report.sweep
     assert sweep is not None and sweep.elementwise
     points, values = np.array(sweep.points), np.array(sweep.values)
@@ -264,35 +266,44 @@ def test_renderers_suggest_declaring_a_recognised_surrogate():
     assert "Declare it with --surrogate if so." in render_html(report)
 
 
-def test_the_widget_reads_surrogate_gradient_declared():
+def test_the_widget_carries_the_surrogate_verdict_for_its_view():
     report = gradmagic.check(tf.custom_gradient(straight_through_round), POINTS, surrogate=True)
     widget = gradmagic.widget(report)
     try:
-        assert "SURROGATE GRADIENT (DECLARED)" in widget.header.value
-        assert "Declared surrogate gradient (straight-through estimator):" in widget.header.value
+        assert widget.report["verdict"] == "surrogate" and widget.report["surrogate"]["declared"]
+        assert widget.report == report.to_dict()
     finally:
         widget.close()
 
 
 def test_the_sweep_figure_labels_the_surrogate_and_the_true_derivative():
-    from gradmagic.render.figures import sweep_figure
+    from gradmagic.render.figures import sweep_svg
 
-    report = gradmagic.check(tf.custom_gradient(straight_through_round), POINTS, surrogate=True)
-    labels = [line.get_label() for line in sweep_figure(report.sweep, surrogate=True).axes[1].get_lines()]
-    assert {"surrogate (custom gradient)", "true derivative (finite differences)", "autodiff"} <= set(labels)
+    report = gradmagic.check(tf.custom_gradient(straight_through_round), POINTS, surrogate=True, sweep=True)
+    svg = sweep_svg(report.sweep, surrogate=True)
+    for label in ("surrogate (custom gradient)", "true derivative (finite differences)", "autodiff"):
+        assert f">{label}</text>" in svg
 
 
 def test_the_sweep_figure_marks_finite_differences_at_a_jump_off_scale():
-    from gradmagic.render.figures import sweep_figure
+    from gradmagic.render.figures import JUMP_MARKER, sweep_svg
 
     report = gradmagic.check(
-        tf.custom_gradient(straight_through_round), POINTS, surrogate=True, sweep_range=(-2.5, 2.5)
+        tf.custom_gradient(straight_through_round), POINTS, surrogate=True, sweep=True, sweep_range=(-2.5, 2.5)
     )  # 201 points from -2.5 to 2.5, step 0.025: the half-integers, where round jumps, are among them
-    axes = sweep_figure(report.sweep, surrogate=True).axes[1]
-    (marks,) = [line for line in axes.get_lines() if line.get_label().endswith("at a jump (off scale)")]
-    assert sorted(np.round(marks.get_xdata(), 6)) == [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]
-    low, high = axes.get_ylim()
-    assert -0.5 < low and high < 1.5, "the jumps' 1/(2h) spikes must not set the scale"
+    svg = ElementTree.fromstring(sweep_svg(report.sweep, surrogate=True))
+    marks = [p for p in svg.iter("{http://www.w3.org/2000/svg}path") if p.get("d") == JUMP_MARKER]
+    at = sorted(float(p.get("transform").split("(")[1].split()[0]) for p in marks[1:])  # the first is the legend's
+    points = np.array(report.sweep.points)
+    x = 66 + (points - points.min()) / np.ptp(points) / 1.1 * (720 - 14 - 66) + 0.05 / 1.1 * (720 - 14 - 66)
+    expected = [float(f"{x[np.argmin(np.abs(points - half))]:.1f}") for half in (-2.5, -1.5, -0.5, 0.5, 1.5, 2.5)]
+    assert at == expected
+    ticks = [
+        float(t.text.replace("−", "-"))
+        for t in svg.iter("{http://www.w3.org/2000/svg}text")
+        if t.get("text-anchor") == "end" and t.text
+    ]
+    assert max(map(abs, ticks)) <= 3, "the jumps' 1/(2h) spikes must not set the scale"
 
 
 def test_magic_surrogate_flag_is_kept_with_the_op_for_gradcheck(nb):

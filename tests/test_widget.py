@@ -1,19 +1,22 @@
-"""The report widget and the shared-notebook fallback, as users meet them.
+"""The report's display and live widget, as users meet them.
 
-In a real kernel (what JupyterLab, Notebook 7 and VS Code talk to): what a
-magic cell displays and that re-running a cell frees its old widget. In a
-real IPython shell: the widget's Re-check, its progress bar and its escaping.
+In a real kernel (what JupyterLab, Notebook 7 and VS Code talk to), driven through the messages those front-ends
+send: one output per report, whatever the client; one widget model per report where a notebook front-end shows it
+(its model id in the output's metadata for JupyterLab and Notebook 7, a widget view in the data elsewhere), none
+for clients that name no cell; re-checks and sweeps asked through the widget's own messages, progress while they
+run; a cell run again closes its old widget. The static fallbacks: escaped, self-contained, exported by nbconvert.
 """
 
-import base64
+import os
 import subprocess
 import sys
 
 import tensorflow as tf
-from conftest import ISOLATED_ENV, ROOT, run
+from conftest import ISOLATED_ENV, ROOT, run, send_to_widget
 
 import gradmagic
 from gradmagic.render.html import render_html
+from gradmagic.report import MIME_TYPE
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SQUARE_CELL = """%%custom_gradient --check x=tf.constant([1.0, 2.0, 3.0])
@@ -22,19 +25,49 @@ def square(x):
         return upstream * 2 * x
     return x * x, grad
 """
+ABS_CELL = """%%custom_gradient --check x=tf.constant([1.0, 2.0])
+def square(x):
+    def grad(upstream):
+        return upstream * 2 * tf.abs(x)   # wrong for negative x
+    return x * x, grad
+"""
 
 
-def test_a_magic_cell_in_a_kernel_displays_the_widget_and_the_fallbacks(kernel):
+def report_output(ran: dict) -> tuple[dict, dict]:
+    """The report's output of a cell run (a progress bar's output may come first): its data and metadata."""
+    (found,) = [(data, meta) for data, meta in zip(ran["outputs"], ran["metadata"]) if MIME_TYPE in data]
+    return found
+
+
+def test_in_jupyterlab_a_report_is_one_output_its_widget_named_in_the_metadata(kernel):
     _, client = kernel
     assert run(client, "%load_ext gradmagic\nimport tensorflow as tf")["status"] == "ok"
     ran = run(client, SQUARE_CELL, cell_id="cell-1")
     assert ran["status"] == "ok", ran["shown"]
-    (bundle,) = [output for output in ran["outputs"] if "text/html" in output]  # a progress bar may come first
-    assert {WIDGET_VIEW, "text/html", "image/png", "text/plain"} <= set(bundle)
-    assert bundle[WIDGET_VIEW]["model_id"] in ran["opened"]
-    assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")
-    assert "square(x) passes" in bundle["text/plain"] and "PASSES" in bundle["text/html"]
-    assert "<script" not in bundle["text/html"].lower()
+    data, metadata = report_output(ran)
+    assert set(data) == {MIME_TYPE, "text/html", "text/plain"}, "no widget view: an export must show the HTML"
+    model_id = metadata[MIME_TYPE]["model_id"]
+    widgets = [comm for comm in ran["opened"] if ran["states"][comm][0].get("_model_name") == "AnyModel"]
+    assert widgets == [model_id], "one widget model per report"
+    state = ran["states"][model_id][0]
+    assert state["report"]["verdict"] == "pass" and state["report"] == data[MIME_TYPE]
+    assert state["controls"]["available"] and state["controls"]["inputs"] == "x=tf.constant([1.0, 2.0, 3.0])"
+    assert "as default" in state["_esm"] and ".jp-gradmagic-report" in state["_css"]  # the view travels with it
+    assert "square(x) passes" in data["text/plain"]
+    html = data["text/html"]
+    assert "PASSES" in html and "<script" not in html.lower() and "data:image/svg+xml;base64," in html
+
+
+def test_in_vs_code_the_widget_view_is_in_the_output_and_a_console_gets_no_widget(kernel):
+    _, client = kernel
+    run(client, "%load_ext gradmagic\nimport tensorflow as tf")
+    vs_code = run(client, SQUARE_CELL, cell_id="cell-1", front_end="notebook")
+    data, metadata = report_output(vs_code)
+    assert data[WIDGET_VIEW]["model_id"] in vs_code["opened"] and MIME_TYPE not in metadata
+    assert {MIME_TYPE, "text/html", "text/plain"} <= set(data)
+    console = run(client, SQUARE_CELL)  # nbclient and jupyter console name no cell
+    data, metadata = report_output(console)
+    assert console["opened"] == [] and set(data) == {MIME_TYPE, "text/html", "text/plain"} and not metadata
 
 
 def test_running_a_cell_again_closes_its_old_widget_and_frees_it(kernel):
@@ -45,82 +78,90 @@ def test_running_a_cell_again_closes_its_old_widget_and_frees_it(kernel):
     after_first = int(run(client, count)["shown"])
     for _ in range(3):
         again = run(client, SQUARE_CELL, cell_id="cell-1")
-        still_open = set(first["opened"]) - set(first["closed"])  # a progress bar closes in its own run
+        still_open = set(first["opened"]) - set(first["closed"])
         assert still_open and still_open <= set(again["closed"]), "the previous run's widgets stay open"
         first = again
     assert int(run(client, count)["shown"]) == after_first
 
     other = run(client, "%gradcheck square", cell_id="cell-2")
-    assert other["closed"] == [] and other["outputs"][-1][WIDGET_VIEW]
+    assert set(other["closed"]) <= set(other["opened"]), "another cell's widgets stay (a progress bar may close)"
+    assert report_output(other)[1][MIME_TYPE]["model_id"] in set(other["opened"]) - set(other["closed"])
     deleted = run(client, "1 + 1", cell_id="cell-3", deleted_cells=["cell-2"])
-    assert set(other["opened"]) <= set(deleted["closed"])
+    assert set(other["opened"]) - set(other["closed"]) <= set(deleted["closed"])
 
 
-def test_recheck_updates_the_widget_in_place(nb):
-    nb.ok("""
-%%custom_gradient --check x=tf.constant([1.0, 2.0])
-def square(x):
-    def grad(upstream):
-        return upstream * 2 * tf.abs(x)   # wrong for negative x
-    return x * x, grad
-""")
-    report = nb.shell.user_ns["_"]
-    widget = gradmagic.widget(report)
-    assert widget.inputs.value == "x=tf.constant([1.0, 2.0])"
-    assert "PASSES" in widget.header.value and widget.report.verdict == "pass"
+def test_the_widget_rechecks_and_sweeps_when_its_view_asks(kernel):
+    _, client = kernel
+    run(client, "%load_ext gradmagic\nimport tensorflow as tf")
+    ran = run(client, ABS_CELL, cell_id="cell-1")
+    model_id = report_output(ran)[1][MIME_TYPE]["model_id"]
+    request = {"action": "recheck", "inputs": "x=tf.constant([-1.0, 2.0])", "eps": "", "rtol": "1e-3", "atol": ""}
+    answered = send_to_widget(client, model_id, request)
+    updates = answered["states"][model_id]
+    report = next(update["report"] for update in updates if "report" in update)
+    assert report["verdict"] == "fail" and "fd-mismatch" in [p["code"] for p in report["problems"]]
+    assert report["options"]["rtol"] == 1e-3 and report["sweep"] is None
+    fallback = next(update["fallback"] for update in updates if "fallback" in update)
+    assert "FAILS" in fallback["text/html"] and "square(x) fails" in fallback["text/plain"]
+    statuses = [update["status"] for update in updates if "status" in update]
+    assert statuses[0]["running"] and statuses[-1]["message"].startswith("Re-checked in")
+    controls = [update["controls"] for update in updates if "controls" in update][-1]
+    assert controls["inputs"] == "x=tf.constant([-1.0, 2.0])" and controls["rtol"] == "0.001"
 
-    widget.inputs.value = "x=tf.constant([-1.0, 2.0])"
-    widget.recheck_button.click()
-    assert widget.report.verdict == "fail" and "fd-mismatch" in widget.report.codes()
-    assert "FAILS" in widget.header.value and "x[0]" in widget.header.value
-    assert "Re-checked" in widget.status.value
+    swept = send_to_widget(client, model_id, {"action": "sweep", "from": "-4", "to": "4", "element": None})
+    report = next(u["report"] for u in swept["states"][model_id] if "report" in u)
+    assert report["sweep"]["points"][0] == -4 and report["sweep"]["points"][-1] == 4
+    element = {"input": report["sweep"]["input"], "index": [1]}
+    again = send_to_widget(client, model_id, {"action": "sweep", "from": "", "to": "", "element": element})
+    report = next(u["report"] for u in again["states"][model_id] if "report" in u)
+    assert report["sweep"]["index"] == [1], "the element swept is the one asked for"
+    rechecked = send_to_widget(client, model_id, {**request, "inputs": "x=tf.constant([-1.0, 2.5])"})
+    report = next(u["report"] for u in rechecked["states"][model_id] if "report" in u)
+    assert report["sweep"]["index"] == [1], "a re-check keeps the element swept"
 
-    widget.sweep_from.value, widget.sweep_to.value = "-4", "4"
-    widget.rtol.value = "1e-3"
-    widget.recheck_button.click()
-    assert widget.report.sweep.points[0] == -4 and widget.report.sweep.points[-1] == 4
-    assert widget.report.options["rtol"] == 1e-3
-
-    before = widget.report
-    widget.inputs.value = "x=no_such_name"
-    widget.recheck_button.click()
-    assert widget.report is before, "a failed re-check must keep the report shown"
-    assert "NameError" in widget.status.value and "no_such_name" in widget.status.value
-    widget.rtol.value = "-1"
-    widget.recheck_button.click()
-    assert "rtol must be positive" in widget.status.value and widget.report is before
-    widget.close()
-    assert widget.recheck_button.comm is None and widget.tabs.children[2].layout.comm is None
+    bad = send_to_widget(client, model_id, {**request, "inputs": "x=no_such_name"})
+    updates = bad["states"][model_id]
+    assert not any("report" in update for update in updates), "a failed re-check keeps the report shown"
+    status = [u["status"] for u in updates if "status" in u][-1]
+    assert status["error"] and "NameError" in status["message"] and "no_such_name" in status["message"]
+    negative = send_to_widget(client, model_id, {**request, "rtol": "-1"})
+    status = [u["status"] for u in negative["states"][model_id] if "status" in u][-1]
+    assert status["error"] and "rtol must be positive" in status["message"]
 
 
-def test_a_long_recheck_shows_its_progress(nb):
-    nb.ok("""
+def test_a_long_recheck_reports_its_progress_as_it_runs(kernel):
+    _, client = kernel
+    run(client, "%load_ext gradmagic\nimport tensorflow as tf")
+    ran = run(
+        client,
+        """%%custom_gradient --check x=tf.constant([1.0, 2.0])
 import time
-import gradmagic
 def slow(x):
-    time.sleep(0.6)   # each eager call (a check makes one or two)
-    def grad(upstream):
-        return upstream * 2 * x
-    return x * x, grad
-report = gradmagic.check(slow, tf.constant([1.0, 2.0]))
-""")
-    widget = gradmagic.widget(nb.shell.user_ns["report"])
-    seen = []
-    widget.progress.observe(lambda change: seen.append((change["new"], widget.progress.layout.display)), "value")
-    widget.recheck_button.click()
-    assert seen and all(display is None for _, display in seen), "the bar was not shown while checking"
-    assert widget.progress.layout.display == "none", "the bar stays after the check"
+    time.sleep(0.3)   # each eager call
+    return x * x, lambda upstream: upstream * 2 * x
+""",
+        cell_id="cell-1",
+    )
+    model_id = report_output(ran)[1][MIME_TYPE]["model_id"]
+    request = {"action": "recheck", "inputs": "", "eps": "", "rtol": "", "atol": ""}
+    updates = send_to_widget(client, model_id, request)["states"][model_id]
+    running = [u["status"] for u in updates if "status" in u and u["status"]["running"]]
+    assert len(running) >= 3 and running[-1]["fraction"] > running[0]["fraction"], running
+    assert {"structure", "finite differences"} <= {status["message"] for status in running}
 
 
-def test_a_report_without_a_context_shows_disabled_controls():
+def test_a_report_without_a_context_has_its_controls_off_and_says_why():
     report = gradmagic.Report.from_dict(gradmagic.check(tf.custom_gradient(_square), tf.constant([1.0, 2.0])).to_dict())
     widget = gradmagic.widget(report)
-    assert widget.recheck_button.disabled and widget.inputs.disabled
-    assert "run its cell again" in widget.recheck_button.tooltip
-    widget.close()
+    try:
+        assert not widget.controls["available"] and "run its cell again" in widget.controls["reason"]
+        widget._on_message(widget, {"action": "recheck", "inputs": ""}, [])  # nothing to check: nothing happens
+        assert widget.report == report.to_dict() and not widget.status["running"]
+    finally:
+        widget.close()
 
 
-def test_every_user_string_is_escaped_in_the_html_and_the_widget():
+def test_every_user_string_is_escaped_in_the_html():
     name = "<img src=x onerror=alert(1)>"
 
     def op(x):
@@ -137,10 +178,6 @@ def test_every_user_string_is_escaped_in_the_html_and_the_widget():
     assert "<script" not in html.lower() and "onerror=alert" not in html.replace(
         "&lt;img src=x onerror=alert(1)&gt;", ""
     )
-    widget = gradmagic.widget(report)
-    for child in (widget.header, widget.problems, widget.shapes, widget.numerics, widget.sweep, widget.graph):
-        assert "<img src=x" not in child.value
-    widget.close()
 
 
 def test_text_plain_reads_well_in_a_terminal(nb):
@@ -149,7 +186,7 @@ def test_text_plain_reads_well_in_a_terminal(nb):
     assert "<" not in run_.stdout.split("\n")[0]
 
 
-def test_an_executed_notebook_exports_to_html_with_the_report(tmp_path):
+def test_an_executed_notebook_exports_the_static_report_not_an_empty_widget(tmp_path):
     import nbformat
 
     notebook = nbformat.v4.new_notebook()
@@ -163,13 +200,14 @@ def test_an_executed_notebook_exports_to_html_with_the_report(tmp_path):
         [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", str(path)],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, **ISOLATED_ENV},
+        env={**os.environ, **ISOLATED_ENV},
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     exported = (tmp_path / "shared.html").read_text()
-    assert "square(x)" in exported and "PASSES" in exported and "data:image/png;base64," in exported
-    assert "application/vnd.jupyter.widget-state+json" in exported  # the widget too, where JavaScript runs
+    report = exported[exported.index('class="gradmagic-report"') :]  # the report's HTML itself, not data in a script
+    assert "square(x)" in report and "PASSES" in report and "data:image/svg+xml;base64," in report
+    assert "application/vnd.jupyter.widget-view+json" not in exported
 
 
 def test_demo_notebook_exports_to_html_with_nbconvert(tmp_path):
@@ -188,13 +226,14 @@ def test_demo_notebook_exports_to_html_with_nbconvert(tmp_path):
         ],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, **ISOLATED_ENV},
+        env={**os.environ, **ISOLATED_ENV},
         timeout=900,
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     exported = (tmp_path / "demo.html").read_text()
-    assert "log1pexp(x)" in exported and "application/vnd.jupyter.widget-state+json" in exported
+    assert exported.count('class="gradmagic-report"') >= 5 and "log1pexp(x)" in exported
+    assert "application/vnd.jupyter.widget-view+json" not in exported
 
 
 def _square(x):

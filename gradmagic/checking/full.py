@@ -97,7 +97,8 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         for row, column in ranked
         if judged[row, column]
     ]
-    blocks = _blocks(columns, rows, custom, numerical, own_autodiff) if custom.size <= REPORTED_JACOBIAN_ENTRIES else []
+    reported = custom.size <= REPORTED_JACOBIAN_ENTRIES
+    blocks = _blocks(columns, rows, custom, numerical, own_autodiff, error) if reported else []
     finite_errors = error_t[(error_t >= 0) & (error_t < np.inf)]
     return Numerics(
         mode="full",
@@ -337,7 +338,8 @@ def _element(columns: Axis, rows: Axis, row, column, custom, numerical, autodiff
     )
 
 
-def _blocks(columns: Axis, rows: Axis, custom, numerical, autodiff) -> list[JacobianBlock]:
+def _blocks(columns: Axis, rows: Axis, custom, numerical, autodiff, error) -> list[JacobianBlock]:
+    """The Jacobians of each (input, output) pair, with each entry's scaled error (-1 where none was judged)."""
     blocks = []
     for input_name, start, stop in zip(columns.names, columns.offsets, columns.offsets[1:]):
         for output_name, row_start, row_stop in zip(rows.names, rows.offsets, rows.offsets[1:]):
@@ -351,6 +353,7 @@ def _blocks(columns: Axis, rows: Axis, custom, numerical, autodiff) -> list[Jaco
                     [float(v) for v in custom[part].ravel()],
                     [float(v) for v in numerical[part].ravel()],
                     [float(v) for v in (autodiff[part].ravel() if autodiff is not None else missing)],
+                    [float(v) for v in error[part].ravel()],
                 )
             )
     return blocks

@@ -12,7 +12,7 @@ of their neighbours (a small Sugiyama layout: igraph's cannot keep two lanes
 apart). Long lanes wrap into bands; above MAX_NODES nodes, name scopes are
 folded into one node each, with a count.
 
-Pure Python: no framework, no drawing library.
+NumPy only: no framework, no drawing library.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
-from gradmagic.report import Graph, GraphLayout, GraphScope
+import numpy as np
+
+from gradmagic.report import Graph, GraphLayout, GraphRoute, GraphScope
 
 FORWARD_LANE = ("input", "variable", "forward", "output")
 BACKWARD_LANE = ("upstream", "backward", "downstream")
@@ -28,6 +30,12 @@ BACKWARD_LANE = ("upstream", "backward", "downstream")
 BAND = 16
 #: Above this many nodes, name scopes are folded.
 MAX_NODES = 200
+#: A node's box, as the drawings draw it, in layout units (a layer is 150 px wide, a row 54 px high): half its
+#: height, and half the widest box (labels are cut to fit).
+BOX_HALF_HEIGHT = 17 / 54
+BOX_HALF_WIDTH = 0.46
+#: Where an edge may bend: this far above or below its source's row (the gaps between rows), nearest first.
+DETOURS = (0.5, -0.5, 1.5, -1.5)
 
 
 def with_layout(graph: Graph) -> Graph:
@@ -36,9 +44,59 @@ def with_layout(graph: Graph) -> Graph:
 
 
 def graph_layout(graph: Graph) -> GraphLayout:
-    """The scopes folded (above MAX_NODES nodes) and the position of every node drawn."""
+    """The scopes folded (above MAX_NODES nodes), the position of every node drawn, and the bends of edges that
+    would cross another node drawn straight."""
     scopes = fold_scopes(graph) if len(graph.nodes) > MAX_NODES else ()
-    return GraphLayout(positions(graph.folded(scopes)), scopes)
+    drawn = graph.folded(scopes)
+    placed = positions(drawn)
+    return GraphLayout(placed, scopes, routes(drawn, placed))
+
+
+def routes(graph: Graph, placed: dict[str, tuple[float, float]]) -> tuple[GraphRoute, ...]:
+    """For each edge whose straight line would pass through another node's box: bend points in a gap between rows
+    (the nearest that is clear), so that no edge runs through a label. Others are drawn straight."""
+    ids = list(placed)
+    centres = np.array([placed[node_id] for node_id in ids], dtype=float).reshape(-1, 2)
+    index = {node_id: k for k, node_id in enumerate(ids)}
+    found = []
+    for edge in graph.edges:
+        if edge.source not in index or edge.target not in index:
+            continue
+        start, end = placed[edge.source], placed[edge.target]
+        others = np.delete(centres, [index[edge.source], index[edge.target]], axis=0)
+        if path_clear([start, end], others):
+            continue
+        step = 0.5 if end[0] >= start[0] else -0.5  # leave the source and reach the target horizontally
+        for detour in DETOURS:
+            y = start[1] + detour
+            if abs(end[0] - start[0]) > 1:
+                bends = [(start[0] + step, y), (end[0] - step, y)]
+            else:
+                bends = [((start[0] + end[0]) / 2, y)]
+            if path_clear([start, *bends, end], others):
+                found.append(GraphRoute(edge.source, edge.target, tuple(bends)))
+                break
+    return tuple(found)
+
+
+def path_clear(path: list[tuple[float, float]], boxes: np.ndarray) -> bool:
+    """Whether the polyline `path` stays out of every node box centred at `boxes` ([K, 2]): sampled every 0.05
+    layout units, against the boxes near each segment."""
+    for (x0, y0), (x1, y1) in zip(path, path[1:]):
+        near = boxes[
+            (boxes[:, 0] > min(x0, x1) - BOX_HALF_WIDTH)
+            & (boxes[:, 0] < max(x0, x1) + BOX_HALF_WIDTH)
+            & (boxes[:, 1] > min(y0, y1) - BOX_HALF_HEIGHT)
+            & (boxes[:, 1] < max(y0, y1) + BOX_HALF_HEIGHT)
+        ]
+        if not near.size:
+            continue
+        along = np.linspace(0.0, 1.0, max(2, int(max(abs(x1 - x0), abs(y1 - y0)) / 0.05)) + 1)[:, None]
+        xs, ys = x0 + (x1 - x0) * along, y0 + (y1 - y0) * along
+        inside = (np.abs(xs - near[:, 0]) < BOX_HALF_WIDTH) & (np.abs(ys - near[:, 1]) < BOX_HALF_HEIGHT)
+        if inside.any():
+            return False
+    return True
 
 
 def fold_scopes(graph: Graph) -> tuple[GraphScope, ...]:

@@ -33,9 +33,12 @@ class CheckOptions:
     fold_graph: bool = True  # fold framework plumbing (Identity, NoOp, scalar constants) out of the graph
     order: int = 1  # 2: also check the derivative of the custom gradient (full mode)
     numbers: bool = True  # compare with finite differences and autodiff (False: structure, graph only)
-    sweep: bool = True  # full mode: sweep one input element (a scalar input, or an element-wise op)
+    # Full mode: sweep one input element (a scalar input, or an element-wise op). Off by default: it evaluates the op
+    # at hundreds of points, for a view the live report computes when asked (its Sweep button).
+    sweep: bool = False
     sweep_range: tuple[float, float] | None = None  # the swept element's range; None: around the example
     sweep_points: int = 201
+    sweep_element: tuple[str, tuple[int, ...]] | None = None  # (input, index) to sweep; None: the checker chooses
     backends: tuple[str, ...] = ()  # Keras ops: also check on these backends ("all" or names), each in a subprocess
     surrogate: bool = False  # the custom gradient is deliberately not the derivative: a mismatch informs, not fails
 
@@ -58,6 +61,8 @@ class CheckOptions:
             raise OptionError(f"order must be 1 or 2, not {self.order!r}")
         if self.sweep_range is not None:
             self._set("sweep_range", _range(self.sweep_range))
+        if self.sweep_element is not None:
+            self._set("sweep_element", _element(self.sweep_element))
         self._set("backends", parse_backends(self.backends))
         if self.backends and self.framework != "keras":
             raise OptionError(
@@ -131,6 +136,14 @@ def _range(value: Any) -> tuple[float, float]:
     if not start < stop:
         raise OptionError(f"sweep_range must be (start, stop) with start < stop, not {value!r}")
     return start, stop
+
+
+def _element(value: Any) -> tuple[str, tuple[int, ...]]:
+    try:
+        name, index = value
+        return str(name), tuple(int(i) for i in index)
+    except (TypeError, ValueError):
+        raise OptionError(f"sweep_element must be (input name, index), like ('x', (2,)), not {value!r}") from None
 
 
 def _is_real_scalar(value: Any) -> bool:

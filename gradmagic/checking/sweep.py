@@ -31,7 +31,7 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
     and autodiff are in the op's own precision, as the user runs it.
     """
     columns, rows, options, problems = run.columns, run.rows, run.options, run.findings.problems
-    choice = _choose(run.numerics.jacobians, problems, columns)
+    choice = _choose(run.numerics.jacobians, problems, columns, options.sweep_element)
     if choice is None:
         return None
     block, element, output_element, elementwise = choice
@@ -88,9 +88,13 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
 
 
 def _choose(
-    blocks: tuple[JacobianBlock, ...], problems: list[Problem], columns: Axis
+    blocks: tuple[JacobianBlock, ...],
+    problems: list[Problem],
+    columns: Axis,
+    wanted: tuple[str, tuple[int, ...]] | None = None,
 ) -> tuple[JacobianBlock, int, int, bool] | None:
-    """(block, input element, output element, element-wise) to sweep, or None when no block suits."""
+    """(block, input element, output element, element-wise) to sweep, or None when no block suits: the `wanted`
+    element where it suits (the one a view showed, kept across re-checks), else the input a problem names."""
     suitable = []
     for block in blocks:
         rows, cols = block.shape
@@ -106,6 +110,15 @@ def _choose(
         location = problem.location
         return location is not None and block.input in (location.input, location.variable)
 
+    if wanted is not None:
+        name, index = wanted
+        for block, elementwise, numerical in suitable:
+            shape = columns.shapes[columns.names.index(block.input)]
+            if block.input == name and (len(index) == len(shape) and all(0 <= i < d for i, d in zip(index, shape))):
+                if elementwise:
+                    element = int(np.ravel_multi_index(index, shape)) if shape else 0
+                    return block, element, element, True
+                return _elements(block, elementwise, numerical, None, columns)
     ranked = sorted(problems, key=lambda p: ("error", "warning", "info").index(p.severity))
     for problem in ranked:
         for block, elementwise, numerical in suitable:

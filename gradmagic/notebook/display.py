@@ -1,12 +1,16 @@
 """What a Report (and a gradient Graph) displays as in IPython and Jupyter, registered with IPython's formatters.
 
-The Report is plain data: how it shows is IPython's formatters' business.
-Its display carries the widget view when a kernel with widgets runs; the
-report's data (`application/vnd.gradmagic.report+json`) for gradmagic's
-JupyterLab extension, which draws it with no kernel too; and always a
-sanitiser-safe `text/html`, an `image/png` summary and a `text/plain`
-summary for places without either (GitHub, nbviewer, an HTML export, a
-terminal).
+The Report is plain data: how it shows is IPython's formatters' business. One output per report, whatever the
+front-end:
+
+* always the report's data (`application/vnd.gradmagic.report+json`), a sanitiser-safe `text/html` with its figures
+  as inline SVG, and `text/plain`: what a saved notebook, an HTML export, GitHub or a terminal shows, drawn in
+  milliseconds, no plotting library;
+* in a kernel talking to a notebook front-end (its requests name the cell), the report's live widget (one model):
+  JupyterLab and Notebook 7 (whose requests carry their `deletedCells` too) get its model id in the output's
+  metadata, where gradmagic's JupyterLab extension finds it, and no widget view in the data, so that an HTML export
+  of the saved notebook shows the static report, never an empty widget; other front-ends (VS Code) get the widget
+  view itself. Clients that name no cell (nbclient, `jupyter console`) get no widget at all.
 """
 
 from __future__ import annotations
@@ -15,15 +19,15 @@ from typing import Any
 
 from gradmagic.notebook.cell_widgets import CELLS
 from gradmagic.notebook.contexts import context_of
-from gradmagic.notebook.kernel import kernel, shell
-from gradmagic.render.figures import images_of
-from gradmagic.render.graph import graph_png, graph_summary, graph_svg
+from gradmagic.notebook.kernel import kernel, request, shell
+from gradmagic.render.graph import graph_summary, graph_svg
 from gradmagic.render.html import render_html
 from gradmagic.render.text import render_text
-from gradmagic.render.widget import ReportWidget
 from gradmagic.report import MIME_TYPE, Graph, Report
 
 _VIEW = "application/vnd.jupyter.widget-view+json"
+#: Keys of the execute request's metadata that JupyterLab and Notebook 7 send (the cell's id aside).
+_JUPYTERLAB_KEYS = ("deletedCells", "recordTiming")
 
 
 def register(running_shell: Any = None) -> None:
@@ -35,31 +39,49 @@ def register(running_shell: Any = None) -> None:
         formatter.for_type(Graph, graph_bundle)
 
 
-def report_bundle(report: Report) -> dict[str, Any]:
-    """The report's display: the widget view in a live kernel, the report's data, and the static fallbacks."""
-    images = images_of(report)
-    bundle: dict[str, Any] = {
-        MIME_TYPE: report.to_dict(),
-        "text/plain": render_text(report),
-        "text/html": render_html(report, images),
-        "image/png": images.summary,
-    }
+def report_bundle(report: Report) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report's display: its data and static fallbacks, and in a notebook front-end its live widget."""
+    data: dict[str, Any] = {MIME_TYPE: report.to_dict(), "text/plain": render_text(report)}
+    data["text/html"] = render_html(report)
+    metadata: dict[str, Any] = {}
     running_kernel = kernel()
-    if running_kernel is not None:
+    front_end = front_end_of(running_kernel)
+    if front_end is not None:
         shown = widget(report)
         CELLS.adopt(shown, running_kernel)
-        bundle[_VIEW] = shown._repr_mimebundle_()[_VIEW]
-    return bundle
+        if front_end == "jupyterlab":
+            metadata[MIME_TYPE] = {"model_id": shown.model_id}
+        else:
+            data[_VIEW] = {"version_major": 2, "version_minor": 1, "model_id": shown.model_id}
+    return data, metadata
+
+
+def front_end_of(running_kernel: Any) -> str | None:
+    """`jupyterlab` (JupyterLab, Notebook 7), `notebook` (another front-end naming its cells: VS Code), or None (no
+    kernel, or a client that names no cell: nbclient, a console), from the request being answered."""
+    if running_kernel is None:
+        return None
+    metadata = request(running_kernel).get("metadata") or {}
+    if not metadata.get("cellId"):
+        return None
+    return "jupyterlab" if any(key in metadata for key in _JUPYTERLAB_KEYS) else "notebook"
 
 
 def graph_bundle(graph: Graph) -> dict[str, Any]:
-    """The gradient graph drawn (SVG, PNG) and summed up in a line."""
-    return {"image/svg+xml": graph_svg(graph), "image/png": graph_png(graph), "text/plain": graph_summary(graph)}
+    """The gradient graph drawn (SVG) and summed up in a line."""
+    return {"image/svg+xml": graph_svg(graph), "text/plain": graph_summary(graph)}
 
 
-def widget(report: Report) -> ReportWidget:
-    """A new `ReportWidget` for `report`, with Re-check when the context it was checked in is known."""
+def widget(report: Report):
+    """A new live widget for `report`, with its controls on when the context it was checked in is known."""
+    from gradmagic.render.widget import ReportWidget
+
     context = context_of(report)
     if context is None:
         return ReportWidget(report)
-    return ReportWidget(report, recheck=context.recheck, inputs=context.inputs_text)
+    return ReportWidget(report, recheck=context.recheck, inputs=context.inputs_text, fallbacks=_fallbacks_of)
+
+
+def _fallbacks_of(report: Report) -> dict[str, str]:
+    """What a re-checked report's output saves besides its data: the static HTML and text."""
+    return {"text/html": render_html(report), "text/plain": render_text(report)}

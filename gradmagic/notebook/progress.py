@@ -17,7 +17,11 @@ class ProgressBar:
 
     def __call__(self, fraction: float, phase: str) -> None:
         if self.bar is None:
-            if time.perf_counter() - self.started < PROGRESS_AFTER or kernel() is None:
+            if time.perf_counter() - self.started < PROGRESS_AFTER:
+                return
+            from gradmagic.notebook.display import front_end_of
+
+            if front_end_of(kernel()) is None:  # a console or nbclient: no widget to draw a bar
                 return
             import ipywidgets
             from IPython.display import display
@@ -32,8 +36,7 @@ class ProgressBar:
 
     def __exit__(self, *exc_info) -> bool:
         if self.bar is not None:  # the bar's output becomes empty (no MIME type: nothing shown); the report follows
-            from gradmagic.render.widget import close_tree
-
             self.handle.update({}, raw=True)
-            close_tree(self.bar)
+            for model in (self.bar, self.bar.layout, self.bar.style):
+                model.close()
         return False

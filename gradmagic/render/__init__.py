@@ -1,6 +1,14 @@
-"""Renderers: a Report to text, sanitiser-safe HTML, PNG figures and an ipywidgets view. They read; they never check."""
+"""Renderers: a Report to text, sanitiser-safe HTML with SVG figures, and its live widget. They read; they never
+check.
 
-from gradmagic.report import element_label
+The words the views share live here, once for Python; the JupyterLab view (`labextension/src/reportview.ts`) says the
+same, pinned by tests on the same reports (`tests/test_labextension.py`).
+"""
+
+import math
+from decimal import ROUND_HALF_UP, Decimal
+
+from gradmagic.report import Report, element_label
 
 #: A check running longer than this (seconds) shows a progress bar.
 PROGRESS_AFTER = 0.5
@@ -26,6 +34,137 @@ COLOURS = {
     "info": "#0969da",
     "unavailable": "#57606a",
 }
+
+
+#: The order backends' verdicts are named in a headline: what fails first.
+HEADLINE_ORDER = ("fail", "warn", "surrogate", "pass", "unchecked", "unavailable")
+
+
+def headline(report: Report) -> str:
+    """The verdict in words, with each Keras backend it was checked on: `passes`, or `passes on TensorFlow; not
+    checked on JAX, PyTorch`, never a bare "passes" over backends that were not checked."""
+    if not report.backends:
+        return VERDICT_WORDS[report.verdict]
+    merged: dict[str, list[str]] = {}
+    for verdict in HEADLINE_ORDER:
+        names = [BACKEND_NAMES.get(r.backend, r.backend) for r in report.backends if r.verdict == verdict]
+        if names:
+            merged.setdefault(VERDICT_WORDS[verdict], []).extend(names)
+    return "; ".join(f"{words} on {', '.join(names)}" for words, names in merged.items())
+
+
+def format_number(value) -> str:
+    """A number for display, as the JupyterLab view writes it: 4 significant digits, or 2 decimals and an exponent
+    out of [1e-3, 1e5); `nan`, `inf`, `-inf`; `—` for none."""
+    if value is None:
+        return "—"
+    value = float(value)
+    if not math.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    sign = "-" if value < 0 else ""
+    exact = Decimal(abs(value))  # JavaScript rounds the exact value half up (Python's format rounds half even)
+    if value == 0 or 1e-3 <= abs(value) < 1e5:
+        digits = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 3), rounding=ROUND_HALF_UP)
+        rounded = float(digits)
+        text = str(int(rounded)) if rounded == int(rounded) else repr(rounded)
+        return sign + text if rounded else "0"
+    mantissa = exact.scaleb(-exact.adjusted()).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    exponent = exact.adjusted() + (1 if mantissa >= 10 else 0)
+    if mantissa >= 10:
+        mantissa = (mantissa / 10).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return f"{sign}{mantissa}e{exponent:+d}"
+
+
+def key_figures(report: Report) -> str:
+    """The key figures after the verdict: `full mode · 3 elements in float64 · worst error 0.021 of tolerance ·
+    24 ms`."""
+    numerics = report.numerics
+    if numerics.mode == "skipped":
+        parts = [f"numbers not compared: {numerics.skipped_because or 'no reason given'}"]
+    else:
+        parts = [f"{numerics.mode} mode", f"{numerics.elements:,} elements in {numerics.dtype}"]
+        if numerics.max_error is not None:
+            parts.append(f"worst error {format_number(numerics.max_error)} of tolerance")
+        if numerics.mode == "projection":
+            parts.append(f"{numerics.probes} random directions")
+    parts.append(f"{report.timings.get('total', 0) * 1e3:.0f} ms")
+    return " · ".join(parts)
+
+
+def numerics_summary(report: Report) -> str:
+    """How the finite differences ran and what they found, in a sentence."""
+    numerics = report.numerics
+    if numerics.mode == "skipped":
+        return f"Finite differences were not compared: {numerics.skipped_because or 'no reason given'}."
+    detail = f"{numerics.elements:,} elements in {numerics.dtype}"
+    if numerics.max_error is not None:
+        detail += f", worst error {format_number(numerics.max_error)} of the tolerance"
+    if numerics.mode == "projection":
+        detail += (
+            f", {numerics.probes} random directions, measured noise floor {format_number(numerics.noise_floor)}"
+        )
+    elif numerics.rtol is not None:
+        detail += (
+            f"; tolerance rtol {format_number(numerics.rtol)}, atol {format_number(numerics.atol)}, "
+            f"step {format_number(numerics.eps)} × max(|x|, 1)"
+        )
+    return f"Finite differences ({numerics.mode} mode): {detail}."
+
+
+def no_sweep_reason(report: Report, live: bool = False) -> str:
+    """Why a report has no sweep, in a sentence (`live`: said in the live view, where its Sweep button is)."""
+    if report.numerics.mode != "full":
+        return (
+            "No sweep: the sweep is drawn in full mode (up to full_threshold elements); this op was checked in "
+            "projection mode."
+            if report.numerics.mode == "projection"
+            else "No sweep: the finite differences were not compared."
+        )
+    if report.options.get("sweep") is not True:
+        return (
+            "The sweep is computed when asked: Sweep draws the output and its derivatives along one element."
+            if live
+            else "No sweep: it is computed when asked (the live report's Sweep, or sweep=True)."
+        )
+    return (
+        "No sweep: it needs a scalar input or an op element-wise in an input (output[i] depending on input[i] "
+        "alone)."
+    )
+
+
+def no_graph_reason(report: Report) -> str:
+    """Why a report has no gradient graph, in a sentence."""
+    for problem in report.problems:
+        if problem.code == "graph-unavailable":
+            return problem.message
+    if report.options.get("graph") is False:
+        return "No gradient graph: it was left out (--no-graph, graph=False)."
+    error = next((p for p in report.problems if p.severity == "error"), None)
+    if error is not None:
+        return f"No gradient graph: the check stopped at {error.code} before tracing it."
+    return "No gradient graph: the op was not traced."
+
+
+def sweep_summary(sweep) -> str:
+    """`output[2] and its derivative along x[2] (the op is element-wise in it) from -2.475 to 2.175, 201 points; the
+    other inputs at the example point.`"""
+    kind = "the op is element-wise in it" if sweep.elementwise else "a scalar input"
+    return (
+        f"{element_label(sweep.output, tuple(sweep.output_index) or None)} and its derivative along "
+        f"{element_label(sweep.input, tuple(sweep.index) or None)} ({kind}) from {format_number(sweep.points[0])} "
+        f"to {format_number(sweep.points[-1])}, {len(sweep.points)} points; the other inputs at the example point."
+    )
+
+
+#: Elements the table lists when none is beyond the tolerance.
+LISTED_WHEN_PASSING = 3
+
+
+def shown_elements(numerics) -> list:
+    """The elements the table lists: those beyond the tolerance, or when none is, the first few (the closest calls);
+    the entries of structural zeros a full Jacobian ranks after them say nothing."""
+    beyond = [e for e in numerics.worst if e.error is not None and not e.error <= 1]
+    return beyond or list(numerics.worst[:LISTED_WHEN_PASSING])
 
 
 def framework_label(op) -> str:

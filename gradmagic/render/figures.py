@@ -1,171 +1,201 @@
-"""Matplotlib figures of a Report: Jacobian heatmaps, the sweep, and a one-picture summary.
-
-Figures are made with `matplotlib.figure.Figure` (no pyplot: no global state,
-no backend switching in the user's session) and read only the Report.
-`ReportImages` renders each one once per report and keeps the PNGs of the
-last few reports, so the widget, the HTML fallback and the PNG summary share
-them.
+"""The report's figures as self-contained SVG, for the static HTML (shared notebooks, exports, GitHub): the Jacobian
+heatmaps and the sweep, drawn as the live view draws them (`labextension/src/heatmapview.ts`, `sweepview.ts`: the
+same sizes, colours and marks), with no JavaScript, stylesheet or font to load. String building only: a few
+milliseconds, no plotting library. The gradient graph's drawing is in `graph.py`.
 """
 
 from __future__ import annotations
 
-import io
-import textwrap
-import weakref
-from collections import OrderedDict
+import base64
+import math
+from html import escape
 
 import numpy as np
 
-from gradmagic.render import COLOURS, VERDICT_WORDS
-from gradmagic.report import JacobianBlock, Report, Sweep, element_label
+from gradmagic.render import format_number
+from gradmagic.report import JacobianBlock, Numerics, Sweep, element_label
 
-#: Resolution of every PNG: enough to read, small enough to keep notebooks light.
-DPI = 80
-#: Jacobian blocks drawn (input x output pairs); the rest are listed as text.
-MAX_BLOCKS = 4
-CUSTOM, AUTODIFF, NUMERICAL = "#0969da", "#bf8700", "#1a7f37"
-MISMATCH = "#cf222e"
-NONFINITE_SHADE = "#ffd7d5"
+FONT = "font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
+TEXT = "#32383f"
+MUTED = "#59636e"
+BORDER = "#d1d9e0"
+GRID = "#e6eaef"
 
+# -- heatmaps (heatmapview.ts) -----------------------------------------------------------------------------------
 
-def png(figure, dpi: int = DPI) -> bytes:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
-    return compact(buffer.getvalue())
-
-
-def compact(png_bytes: bytes) -> bytes:
-    """The PNG with a 128-colour palette: a quarter of the bytes, the same look for these flat-coloured plots.
-    Every report embeds its images twice (widget state and HTML), so this is what keeps notebooks light."""
-    from PIL import Image
-
-    return png_of(Image.open(io.BytesIO(png_bytes)).convert("RGB").quantize(128, method=Image.Quantize.FASTOCTREE))
+CELL_MAX, CELL_MIN, MATRIX, GAP, TOP, LABEL = 28, 6, 220, 26, 30, 26
+HEATMAP_MIN_SIDE = 4
+HEATMAP_BLOCKS = 6
+NEGATIVE, POSITIVE, ERROR_HIGH = (140, 81, 10), (1, 102, 94), (207, 34, 46)
+WITHIN_TOLERANCE = "#eef0f2"
 
 
-def jacobian_figure(report: Report):
-    """Heatmaps of custom, numerical and autodiff Jacobians and of |custom - numerical|, one row per block.
-
-    Mismatched elements are boxed in red; non-differentiable points (left out
-    of the comparison) are marked with a triangle above their column; NaN and
-    infinities are grey. The three Jacobians share one colour scale.
-    """
-    from matplotlib.figure import Figure
-
-    blocks = report.numerics.jacobians[:MAX_BLOCKS]
-    figure = Figure(figsize=(10, 2.2 * len(blocks)))
-    height = 1 / len(blocks)
-    for k, block in enumerate(blocks):  # fixed positions: a constrained layout costs more than the drawing
-        bottom = 1 - (k + 1) * height
-        axes = [figure.add_axes((0.06 + 0.225 * j, bottom + 0.16 * height, 0.19, 0.66 * height)) for j in range(4)]
-        scales = [
-            figure.add_axes((0.06 + 0.225 * j + 0.195, bottom + 0.16 * height, 0.008, 0.66 * height)) for j in (2, 3)
-        ]
-        _heatmaps(axes, block, report, scales)
-    return figure
+def data_uri(svg: str) -> str:
+    """An SVG as a `data:` URI, for `<img src=...>`: kept by notebook sanitisers, which drop inline `<svg>`."""
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
 
 
-def _heatmaps(axes, block: JacobianBlock, report: Report, scales) -> None:
-    """The four heatmaps of one block on four axes, and colour bars on the two `scales` axes (the Jacobians',
-    the difference's)."""
-    from matplotlib import colormaps
-    from matplotlib.ticker import FormatStrFormatter
-
-    rows, columns = block.shape
-    custom, numerical, autodiff = (
-        np.array([np.nan if v is None else v for v in values], dtype=float).reshape(rows, columns)
-        for values in (block.custom, block.numerical, block.autodiff)
-    )
-    finite = np.concatenate([m[np.isfinite(m)] for m in (custom, numerical, autodiff)])
-    limit = (float(np.abs(finite).max()) if finite.size else 0.0) or 1.0
-    diverging = colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
-    with np.errstate(invalid="ignore"):
-        difference = np.abs(custom - numerical)
-    panels = (
-        (custom, "custom gradient", diverging, -limit, limit),
-        (numerical, "finite differences", diverging, -limit, limit),
-        (autodiff, "autodiff", diverging, -limit, limit),
-        (difference, "|custom - finite diff.|", colormaps["Reds"].with_extremes(bad="#bbbbbb"), 0, None),
-    )
-    mismatched, kinks = _marked_elements(report, block)
-    images = []
-    for k, (ax, (matrix, title, cmap, low, high)) in enumerate(zip(axes, panels)):
-        images.append(ax.imshow(matrix, cmap=cmap, vmin=low, vmax=high, aspect="auto", interpolation="nearest"))
-        for row, column in mismatched:
-            ax.add_patch(_box(row, column, MISMATCH))
-        for column in kinks:
-            ax.plot([column], [-0.5], marker="v", color="black", markersize=6, clip_on=False)
-        ax.set_title(title, fontsize=8)
-        if k:  # tick labels cost more than the images: on the first panel only
-            ax.set_xticks([])
-            ax.set_yticks([])
-    first = axes[0]
-    first.xaxis.set_major_locator(_few_ticks())
-    first.yaxis.set_major_locator(_few_ticks())
-    first.tick_params(labelsize=6)
-    first.set_xlabel(f"{block.input} element" + ("  (▼ not differentiable)" if kinks else ""), fontsize=7)
-    first.set_ylabel(f"d {block.output} element", fontsize=7)
-    for scale, image in zip(scales, (images[2], images[3])):
-        colourbar = first.figure.colorbar(image, cax=scale)
-        colourbar.locator = _few_ticks(integer=False)
-        colourbar.formatter = FormatStrFormatter("%.2g")
-        colourbar.ax.tick_params(labelsize=6)
+def _mix(start, end, t: float) -> str:
+    t = min(1.0, max(0.0, t))
+    return "rgb({},{},{})".format(*(round(a + (b - a) * t) for a, b in zip(start, end)))
 
 
-def _few_ticks(integer: bool = True):
-    from matplotlib.ticker import MaxNLocator
-
-    return MaxNLocator(4, integer=integer)
-
-
-def _box(row: int, column: int, colour: str):
-    from matplotlib.patches import Rectangle
-
-    return Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, edgecolor=colour, linewidth=1.5)
-
-
-def _marked_elements(report: Report, block: JacobianBlock) -> tuple[set[tuple[int, int]], set[int]]:
-    """(row, column) of the elements out of tolerance, and the columns of non-differentiable points."""
-    shapes = {row.name: row.shape for row in report.tensors if row.role in ("input", "variable", "output")}
-    mismatched = {
-        (row, column)
-        for element in report.numerics.worst
-        if element.input == block.input
-        and element.output == block.output
-        and element.error is not None
-        and element.error > 1
-        and (row := _flat(element.output_index, shapes.get(block.output))) is not None
-        and (column := _flat(element.index, shapes.get(block.input))) is not None
-    }
-    kinks = {
-        column
-        for problem in report.problems
-        if problem.code == "nondifferentiable-point"
-        and problem.location is not None
-        and block.input in (problem.location.input, problem.location.variable)
-        and (column := _flat(problem.location.index, shapes.get(block.input))) is not None
-    }
-    return mismatched, kinks
-
-
-def _flat(index, shape) -> int | None:
-    if not index:
-        return 0
-    if not shape or len(shape) != len(index) or any(d is None for d in shape):
+def value_colour(value: float, scale: float) -> str | None:
+    """A value's fill on a scale symmetric around zero, white at 0; None for a non-finite value."""
+    if not math.isfinite(value):
         return None
-    return int(np.ravel_multi_index(index, shape))
+    t = value / scale if scale > 0 else 0.0
+    return _mix((255, 255, 255), NEGATIVE, -t) if t < 0 else _mix((255, 255, 255), POSITIVE, t)
 
 
-def sweep_figure(sweep: Sweep, height: float = 4.2, surrogate: bool = False):
-    """The output (top) and its derivative three ways (bottom) along the swept element; with `surrogate`, the
-    custom gradient is labelled as the surrogate and finite differences as the true derivative."""
-    from matplotlib.figure import Figure
+def error_colour(error: float) -> str | None:
+    """An entry's error fill: grey within the tolerance whatever its size, red beyond it; None when not judged."""
+    if not math.isfinite(error):
+        return _mix((255, 255, 255), ERROR_HIGH, 1)
+    if error < 0:
+        return None
+    if error <= 1:
+        return WITHIN_TOLERANCE
+    return _mix((250, 200, 200), ERROR_HIGH, math.log10(error))
 
-    figure = Figure(figsize=(7.5, height))
-    top = figure.add_axes((0.1, 0.62, 0.87, 0.31))
-    bottom = figure.add_axes((0.1, 0.11, 0.87, 0.47), sharex=top)
-    top.tick_params(labelbottom=False)
-    _sweep_axes(top, bottom, sweep, surrogate)
-    return figure
+
+def _finite(values) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+def heatmap_blocks(numerics: Numerics) -> list[JacobianBlock]:
+    """The blocks worth drawing: at least HEATMAP_MIN_SIDE on a side, or holding a failing entry; failing first."""
+
+    def failing(block: JacobianBlock) -> bool:
+        return block.error is not None and bool(np.any(_finite(block.error) > 1))
+
+    drawn = [b for b in numerics.jacobians if max(b.shape) >= HEATMAP_MIN_SIDE or failing(b)]
+    return sorted(drawn, key=lambda b: not failing(b))[:HEATMAP_BLOCKS]
+
+
+def block_scale(block: JacobianBlock) -> float:
+    values = np.abs(np.concatenate([_finite(block.custom), _finite(block.numerical), _finite(block.autodiff)]))
+    values = values[np.isfinite(values)]
+    return float(values.max()) if values.size else 0.0
+
+
+_PATTERNS = (
+    '<defs><pattern id="nonfinite" width="5" height="5" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><rect width="5" height="5" fill="#d0d7de"/>'
+    '<line x1="0" y1="0" x2="0" y2="5" stroke="#6e7781" stroke-width="2"/></pattern>'
+    '<pattern id="unjudged" width="4" height="4" patternUnits="userSpaceOnUse"><rect width="4" height="4" '
+    'fill="#ffffff"/><circle cx="2" cy="2" r="0.8" fill="#8c959f"/></pattern></defs>'
+)
+
+
+def heatmap_svg(block: JacobianBlock) -> str:
+    """One block's heatmaps: custom, finite differences, autodiff (where finite somewhere), error ÷ tolerance."""
+    rows, columns = block.shape
+    cell = max(CELL_MIN, min(CELL_MAX, MATRIX // max(rows, columns, 1)))
+    width, height = columns * cell, rows * cell
+    matrices = [("custom gradient", block.custom, "value"), ("finite differences", block.numerical, "value")]
+    if np.isfinite(_finite(block.autodiff)).any():
+        matrices.append(("autodiff", block.autodiff, "value"))
+    if block.error is not None:
+        matrices.append(("error ÷ tolerance", block.error, "error"))
+    scale = block_scale(block)
+    total = len(matrices) * (width + GAP) - GAP + LABEL + 4
+    full_height = TOP + height + 18
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="{full_height}" '
+        f'viewBox="0 0 {total} {full_height}" style="{FONT}">',
+        f"<title>{escape(f'd {block.output} / d {block.input}')}</title>",
+        _PATTERNS,
+        f'<text x="0" y="{TOP + height / 2}" font-size="10" fill="{MUTED}">out</text>',
+    ]
+    for k, (label, values, kind) in enumerate(matrices):
+        left = LABEL + k * (width + GAP)
+        parts.append(
+            f'<text x="{left + width / 2}" y="12" font-size="11" fill="{TEXT}" text-anchor="middle">'
+            f"{escape(label)}</text>"
+            f'<text x="{left + width / 2}" y="25" font-size="10" fill="{MUTED}" text-anchor="middle">in →</text>'
+        )
+        array = _finite(values)
+        for i in range(rows):
+            for j in range(columns):
+                value = array[i * columns + j]
+                fill = value_colour(value, scale) if kind == "value" else error_colour(value)
+                if fill is None:
+                    fill = "url(#unjudged)" if kind == "error" and math.isfinite(value) else "url(#nonfinite)"
+                parts.append(
+                    f'<rect x="{left + j * cell}" y="{TOP + i * cell}" width="{cell}" height="{cell}" fill="{fill}">'
+                    f"<title>{escape(_cell_details(block, i, j))}</title></rect>"
+                )
+        parts.append(
+            f'<rect x="{left}" y="{TOP}" width="{width}" height="{height}" fill="none" stroke="{BORDER}"/>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _cell_details(block: JacobianBlock, row: int, column: int) -> str:
+    at = row * block.shape[1] + column
+    lines = [
+        f"d {block.output}[{row}] / d {block.input}[{column}]",
+        f"custom {format_number(block.custom[at])}",
+        f"finite differences {format_number(block.numerical[at])}",
+        f"autodiff {format_number(block.autodiff[at])}",
+    ]
+    if block.error is not None:
+        error = block.error[at]
+        judged = error is None or not math.isfinite(error) or error >= 0
+        lines.append(f"error {format_number(error)} of tolerance" if judged else "not judged")
+    return "\n".join(lines)
+
+
+#: The heatmaps' legend, as (fill, label): what each colour, hatch and dot means.
+def heatmap_legend(scale: float) -> list[tuple[str, str]]:
+    return [
+        (_mix((255, 255, 255), NEGATIVE, 1), f"−{format_number(scale)}"),
+        ("#ffffff", "0"),
+        (_mix((255, 255, 255), POSITIVE, 1), f"+{format_number(scale)}"),
+        (WITHIN_TOLERANCE, "error within tolerance"),
+        (_mix((250, 200, 200), ERROR_HIGH, 0.5), "beyond it (darker: up to 10×)"),
+        ("url(#nonfinite)", "NaN or inf"),
+        ("url(#unjudged)", "not judged (kink, no finite difference)"),
+    ]
+
+
+def swatch_svg(fill: str) -> str:
+    """A legend swatch (14 x 12), patterns included."""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="14" height="12" viewBox="0 0 14 12">{_PATTERNS}'
+        f'<rect x="0.5" y="0.5" width="13" height="11" fill="{fill}" stroke="#8c959f"/></svg>'
+    )
+
+
+# -- the sweep (sweepview.ts) ------------------------------------------------------------------------------------
+
+WIDTH, HEIGHT, LEFT, RIGHT = 720, 430, 66, 14
+VALUE_PANEL, DERIVATIVE_PANEL = (30, 146), (160, 380)
+MARGIN = 0.05
+JUMP_MARKER = "M0,-5 L4.5,3 L-4.5,3 z"
+SERIES_STYLE = {
+    "output": 'stroke="#1f2328" stroke-width="1.6"',
+    "numerical": 'stroke="#1a7f37" stroke-width="5" stroke-opacity="0.45"',
+    "custom": 'stroke="#0969da" stroke-width="1.8"',
+    "autodiff": 'stroke="#bf8700" stroke-width="1.5" stroke-dasharray="6 4"',
+}
+BAND_STYLE = {
+    "output": 'fill="#8c959f" fill-opacity="0.22"',
+    "custom": 'fill="#0969da" fill-opacity="0.14"',
+    "autodiff": 'fill="#bf8700" fill-opacity="0.16"',
+}
+
+
+def derivative_labels(surrogate: bool) -> dict[str, str]:
+    """What the legend calls each curve: the surrogate and the true derivative when declared."""
+    return {
+        "numerical": "true derivative (finite differences)" if surrogate else "finite differences",
+        "custom": "surrogate (custom gradient)" if surrogate else "custom gradient",
+        "autodiff": "autodiff",
+        "jump": f"{'true derivative' if surrogate else 'finite differences'} at a jump (off scale)",
+    }
 
 
 def jumps(points: np.ndarray, values: np.ndarray, numerical: np.ndarray) -> np.ndarray:
@@ -178,205 +208,175 @@ def jumps(points: np.ndarray, values: np.ndarray, numerical: np.ndarray) -> np.n
         return np.isfinite(numerical) & np.isfinite(secant) & (np.abs(numerical) > 10 * secant + 1e-12)
 
 
-def _sweep_axes(top, bottom, sweep: Sweep, surrogate: bool = False) -> None:
-    points = np.array(sweep.points, dtype=float)
-    series = {
-        key: None if values is None else np.array([np.nan if v is None else v for v in values], dtype=float)
-        for key, values in (
-            ("values", sweep.values),
-            ("custom", sweep.custom),
-            ("autodiff", sweep.autodiff),
-            ("numerical", sweep.numerical),
-        )
-    }
-    element = element_label(sweep.input, tuple(sweep.index) or None)
+def non_finite_runs(series: np.ndarray) -> list[tuple[int, int]]:
+    """The stretches where `series` is NaN or infinite, as (first, last) indices."""
+    runs: list[list[int]] = []
+    for i in np.flatnonzero(~np.isfinite(series)):
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = int(i)
+        else:
+            runs.append([int(i), int(i)])
+    return [(first, last) for first, last in runs]
+
+
+def nice_ticks(low: float, high: float, count: int) -> list[float]:
+    """About `count` ticks inside [low, high], at 1, 2, 2.5 or 5 times a power of ten."""
+    rough = (high - low) / count
+    power = 10 ** math.floor(math.log10(rough))
+    step = next(factor * power for factor in (1, 2, 2.5, 5, 10) if factor * power >= rough)
+    return [float(f"{k * step:.12g}") + 0.0 for k in range(math.ceil(low / step), math.floor(high / step) + 1)]
+
+
+def _range(*series: np.ndarray) -> tuple[float, float]:
+    finite = np.concatenate([s[np.isfinite(s)] for s in series]) if series else np.zeros(0)
+    if not finite.size:
+        low, high = -1.0, 1.0
+    else:
+        low, high = float(finite.min()), float(finite.max())
+        if low == high:
+            spread = abs(low) / 10 or 1.0
+            low, high = low - spread, high + spread
+    margin = (high - low) * MARGIN
+    return low - margin, high + margin
+
+
+def _scale(domain: tuple[float, float], span: tuple[float, float]):
+    (start, stop), (low, high) = domain, span
+    return lambda value: low + (value - start) / (stop - start) * (high - low)
+
+
+def _path(xs: np.ndarray, ys: np.ndarray) -> str:
+    parts, drawing = [], False
+    for x, y in zip(xs, ys):
+        if math.isfinite(x) and math.isfinite(y):
+            parts.append(f"{'L' if drawing else 'M'}{x:.1f},{y:.1f}")
+            drawing = True
+        else:
+            drawing = False
+    return "".join(parts)
+
+
+def sweep_svg(sweep: Sweep, surrogate: bool = False) -> str:
+    """The output along the swept element above, its derivative three ways below; non-finite stretches shaded,
+    finite differences at a jump marked on the top edge; a legend at the top."""
+    labels = derivative_labels(surrogate)
+    points, values, numerical = _finite(sweep.points), _finite(sweep.values), _finite(sweep.numerical)
+    custom = _finite(sweep.custom)
+    autodiff = None if sweep.autodiff is None else _finite(sweep.autodiff)
+    off_scale = jumps(points, values, numerical)
+    derivatives = [("numerical", np.where(off_scale, np.nan, numerical)), ("custom", custom)]
+    if autodiff is not None:
+        derivatives.append(("autodiff", autodiff))
     output = element_label(sweep.output, tuple(sweep.output_index) or None)
-    if top is not None:
-        top.plot(points, series["values"], color="#24292f", linewidth=1.4)
-        top.set_ylabel(output, fontsize=8)
-        top.set_title(
-            f"{output} along {element}" + (" (element-wise op)" if sweep.elementwise else "") + f", {sweep.dtype}",
-            fontsize=9,
-        )
-        _shade_nonfinite(top, points, series["values"], "output not finite")
-    numerical = series["numerical"]
-    off_scale = jumps(points, series["values"], numerical)
-    numerical_label = "true derivative (finite differences)" if surrogate else "finite differences"
-    bottom.plot(
-        points,
-        np.where(off_scale, np.nan, numerical),
-        color=NUMERICAL,
-        linewidth=3.5,
-        alpha=0.45,
-        label=numerical_label,
-    )
-    bottom.plot(
-        points,
-        series["custom"],
-        color=CUSTOM,
-        linewidth=1.4,
-        label="surrogate (custom gradient)" if surrogate else "custom gradient",
-    )
-    if series["autodiff"] is not None:
-        bottom.plot(points, series["autodiff"], color=AUTODIFF, linewidth=1.2, linestyle="--", label="autodiff")
-        _shade_nonfinite(bottom, points, series["autodiff"], "autodiff not finite")
-    _shade_nonfinite(bottom, points, series["custom"], "custom gradient not finite", colour="#d8b9ff")
-    bottom.set_ylabel(f"d {output} / d {element}", fontsize=8)
-    bottom.set_xlabel(f"{element} (finite differences in {sweep.numerical_dtype})", fontsize=8)
-    for ax in (top, bottom):
-        if ax is None:
-            continue
-        ax.axvline(sweep.example, color="#57606a", linewidth=0.8, linestyle=":")
-        for kink in sweep.kinks:
-            ax.axvline(kink, color=MISMATCH, linewidth=1.0, linestyle="--")
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.25)
-    bottom.annotate(
-        f"example {sweep.example:.4g}",
-        (sweep.example, 0),
-        xycoords=("data", "axes fraction"),
-        fontsize=7,
-        color="#57606a",
-        ha="left",
-        va="bottom",
-        xytext=(3, 2),
-        textcoords="offset points",
-    )
+    element = element_label(sweep.input, tuple(sweep.index) or None)
+
+    x_range = _range(points)
+    x = _scale(x_range, (LEFT, WIDTH - RIGHT))
+    xs = np.array([x(p) for p in points])
+    value_range = _range(values)
+    derivative_range = _range(*[series for _, series in derivatives])
+    legend_height = 22
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT + legend_height}" '
+        f'viewBox="0 -{legend_height} {WIDTH} {HEIGHT + legend_height}" style="{FONT}">',
+        f"<title>{escape(sweep_title(sweep))}</title>",
+    ]
+    legend = [(labels[name], SERIES_STYLE[name], "line") for name, _ in derivatives]
+    bands = [
+        (f"{output} NaN/inf", values, VALUE_PANEL, "output"),
+        (f"{labels['custom']} NaN/inf", custom, DERIVATIVE_PANEL, "custom"),
+    ]
+    if autodiff is not None:
+        bands.append((f"{labels['autodiff']} NaN/inf", autodiff, DERIVATIVE_PANEL, "autodiff"))
+    shaded = [band for band in bands if non_finite_runs(band[1])]
+    legend += [(label, BAND_STYLE[name], "band") for label, _, _, name in shaded]
     if sweep.kinks:
-        bottom.plot([], [], color=MISMATCH, linestyle="--", linewidth=1.0, label="not differentiable")
+        legend.append(("not differentiable", 'stroke="#cf222e" stroke-width="1.2" stroke-dasharray="6 4"', "line"))
     if off_scale.any():
-        # Marked on the top edge: drawn to scale, they would flatten every other curve to a line.
-        bottom.plot(
-            points[off_scale],
-            np.ones(int(off_scale.sum())),
-            "^",
-            color=NUMERICAL,
-            markersize=5,
-            transform=bottom.get_xaxis_transform(),
-            clip_on=False,
-            label=f"{'true derivative' if surrogate else 'finite differences'} at a jump (off scale)",
-        )
-    bottom.legend(fontsize=7, loc="upper left", framealpha=0.8)
-
-
-def _shade_nonfinite(ax, points, values, label: str, colour: str = NONFINITE_SHADE) -> None:
-    """Shade the ranges where `values` is NaN or infinite."""
-    if values is None:
-        return
-    bad = ~np.isfinite(values)
-    if not bad.any():
-        return
-    step = (points[-1] - points[0]) / max(len(points) - 1, 1)
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], bad.astype(int), [0]])))
-    for first, (start, stop) in enumerate(zip(edges[::2], edges[1::2])):
-        ax.axvspan(
-            points[start] - step / 2,
-            points[stop - 1] + step / 2,
-            color=colour,
-            alpha=0.8,
-            zorder=0,
-            label=label if first == 0 else None,
-        )
-
-
-def summary_png(report: Report, images: ReportImages) -> bytes:
-    """One picture for renderers that show no HTML: the verdict and first problems over the most telling plot
-    (the sweep, else the heatmaps), which is reused from `images`, not drawn again."""
-    from PIL import Image
-
-    plot = images.sweep or images.jacobians
-    below = Image.open(io.BytesIO(plot)) if plot else None
-    width = below.width if below is not None else 8 * DPI
-    headline = png(_headline_figure(report, width / DPI))
-    if below is None:
-        return headline
-    band = Image.open(io.BytesIO(headline))
-    picture = Image.new("RGB", (width, band.height + below.height), "white")
-    picture.paste(band, (0, 0))
-    picture.paste(below, (0, band.height))
-    return compact(png_of(picture))
-
-
-def _headline_figure(report: Report, width: float):
-    """Verdict and op in colour, then the first problems' messages, on a figure `width` inches wide."""
-    from matplotlib.figure import Figure
-
-    characters = int(width * 17)  # of 7 pt text per line
-    messages = [f"{p.severity}: {p.message}" for p in report.problems[:3]]
-    lines = [line for message in messages for line in textwrap.wrap(message, characters)[:2]]
-    height = 0.42 + 0.16 * len(lines)
-    figure = Figure(figsize=(width, height))
-    op = report.op
-    figure.text(
-        0.01,
-        1 - 0.08 / height,
-        f"{op.name}{op.signature} {VERDICT_WORDS[report.verdict]}",
-        fontsize=11,
-        fontweight="bold",
-        color=COLOURS[report.verdict],
-        va="top",
+        legend.append((labels["jump"], 'fill="#1a7f37"', "marker"))
+    parts.append(_legend(legend, -legend_height + 6))
+    middle = (LEFT + WIDTH - RIGHT) / 2
+    parts.append(text(sweep_title(sweep), middle, 18, 13, anchor="middle", fill="#1f2328"))
+    parts += _y_axis(value_range, VALUE_PANEL, output)
+    parts += _y_axis(derivative_range, DERIVATIVE_PANEL, f"d {output} / d {element}")
+    for tick in nice_ticks(x_range[0], x_range[1], 7):
+        for top, bottom in (VALUE_PANEL, DERIVATIVE_PANEL):
+            parts.append(line(x(tick), top, x(tick), bottom, f'stroke="{GRID}" stroke-width="0.6"'))
+        parts.append(text(format_number(tick), x(tick), DERIVATIVE_PANEL[1] + 14, 10, anchor="middle"))
+    parts.append(
+        text(f"{element} (finite differences in {sweep.numerical_dtype})", middle, DERIVATIVE_PANEL[1] + 34, 11, "middle")
     )
-    for k, line in enumerate(lines):
-        figure.text(0.01, 1 - (0.36 + 0.16 * k) / height, line, fontsize=7, va="top")
-    return figure
-
-
-def png_of(image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="png", optimize=True)
-    return buffer.getvalue()
-
-
-class ReportImages:
-    """The PNGs of one report, each rendered on first use."""
-
-    def __init__(self, report: Report):
-        self._report = weakref.ref(report)
-        self._cache: dict[str, bytes | None] = {}
-
-    def _get(self, name: str, make) -> bytes | None:
-        if name not in self._cache:
-            report = self._report()
-            self._cache[name] = None if report is None else make(report)
-        return self._cache[name]
-
-    @property
-    def graph(self) -> bytes | None:
-        from gradmagic.render.graph import graph_png
-
-        return self._get("graph", lambda r: compact(graph_png(r.graph, dpi=DPI)) if r.graph is not None else None)
-
-    @property
-    def jacobians(self) -> bytes | None:
-        return self._get("jacobians", lambda r: png(jacobian_figure(r)) if r.numerics.jacobians else None)
-
-    @property
-    def sweep(self) -> bytes | None:
-        return self._get(
-            "sweep",
-            lambda r: png(sweep_figure(r.sweep, surrogate=r.verdict == "surrogate")) if r.sweep is not None else None,
+    step = (xs[-1] - xs[0]) / (xs.size - 1) if xs.size > 1 else 0.0
+    for label, series, (top, bottom), name in shaded:
+        for first, last in non_finite_runs(series):
+            left, right = max(LEFT, xs[first] - step / 2), min(WIDTH - RIGHT, xs[last] + step / 2)
+            parts.append(
+                f'<rect x="{left:.1f}" y="{top}" width="{max(1.0, right - left):.1f}" height="{bottom - top}" '
+                f"{BAND_STYLE[name]}><title>{escape(label)}</title></rect>"
+            )
+    verticals = [(kink, 'stroke="#cf222e" stroke-width="1.2" stroke-dasharray="6 4"') for kink in sweep.kinks]
+    verticals.append((sweep.example, f'stroke="{MUTED}" stroke-width="1" stroke-dasharray="1.5 3"'))
+    for at, style in verticals:
+        for top, bottom in (VALUE_PANEL, DERIVATIVE_PANEL):
+            parts.append(line(x(at), top, x(at), bottom, style))
+    parts.append(text(f"example {format_number(sweep.example)}", x(sweep.example) + 3, DERIVATIVE_PANEL[1] - 4, 10))
+    value_y = _scale(value_range, (VALUE_PANEL[1], VALUE_PANEL[0]))
+    parts.append(f'<path d="{_path(xs, np.array([value_y(v) for v in values]))}" fill="none" {SERIES_STYLE["output"]}/>')
+    derivative_y = _scale(derivative_range, (DERIVATIVE_PANEL[1], DERIVATIVE_PANEL[0]))
+    for name, series in derivatives:
+        d = _path(xs, np.array([derivative_y(v) for v in series]))
+        parts.append(f'<path d="{d}" fill="none" stroke-linejoin="round" {SERIES_STYLE[name]}/>')
+    for i in np.flatnonzero(off_scale):
+        parts.append(f'<path d="{JUMP_MARKER}" fill="#1a7f37" transform="translate({xs[i]:.1f} {DERIVATIVE_PANEL[0]})"/>')
+    for top, bottom in (VALUE_PANEL, DERIVATIVE_PANEL):
+        parts.append(
+            f'<rect x="{LEFT}" y="{top}" width="{WIDTH - LEFT - RIGHT}" height="{bottom - top}" fill="none" '
+            f'stroke="{BORDER}"/>'
         )
-
-    @property
-    def summary(self) -> bytes:
-        return self._get("summary", lambda r: summary_png(r, self))
+    parts.append("</svg>")
+    return "".join(parts)
 
 
-#: How many reports keep their rendered images (each a few hundred KB at most).
-KEPT = 8
-_recent: OrderedDict[int, tuple[weakref.ref, ReportImages]] = OrderedDict()
+def sweep_title(sweep: Sweep) -> str:
+    output = element_label(sweep.output, tuple(sweep.output_index) or None)
+    element = element_label(sweep.input, tuple(sweep.index) or None)
+    return f"{output} along {element}{' (element-wise op)' if sweep.elementwise else ''}, {sweep.dtype}"
 
 
-def images_of(report: Report) -> ReportImages:
-    """The report's images, shared by every renderer; rendered again only after `KEPT` newer reports."""
-    key = id(report)
-    entry = _recent.get(key)
-    if entry is not None and entry[0]() is report:
-        _recent.move_to_end(key)
-        return entry[1]
-    images = ReportImages(report)
-    _recent[key] = (weakref.ref(report), images)
-    _recent.move_to_end(key)  # an id reused by a new report: the entry is the newest, not in the old one's place
-    while len(_recent) > KEPT:
-        _recent.popitem(last=False)
-    return images
+def _legend(entries: list[tuple[str, str, str]], y: float) -> str:
+    parts, x = [], LEFT
+    for label, style, kind in entries:
+        if kind == "band":
+            parts.append(f'<rect x="{x}" y="{y - 5}" width="24" height="10" {style}/>')
+        elif kind == "marker":
+            parts.append(f'<path d="{JUMP_MARKER}" {style} transform="translate({x + 12} {y + 1})"/>')
+        else:
+            parts.append(line(x, y, x + 24, y, style))
+        parts.append(text(label, x + 28, y + 4, 11))
+        x += 28 + 6.2 * len(label) + 14
+    return "".join(parts)
+
+
+def _y_axis(span: tuple[float, float], panel: tuple[float, float], label: str) -> list[str]:
+    y = _scale(span, (panel[1], panel[0]))
+    parts = []
+    for tick in nice_ticks(span[0], span[1], 5):
+        parts.append(line(LEFT, y(tick), WIDTH - RIGHT, y(tick), f'stroke="{GRID}" stroke-width="0.6"'))
+        parts.append(text(format_number(tick), LEFT - 5, y(tick) + 3.5, 10, anchor="end"))
+    middle = (panel[0] + panel[1]) / 2
+    parts.append(
+        f'<text x="14" y="{middle}" transform="rotate(-90 14 {middle})" font-size="11" fill="{TEXT}" '
+        f'text-anchor="middle">{escape(label)}</text>'
+    )
+    return parts
+
+
+def line(x1: float, y1: float, x2: float, y2: float, style: str) -> str:
+    return f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" {style}/>'
+
+
+def text(content: str, x: float, y: float, size: float, anchor: str = "start", fill: str = TEXT) -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{fill}" text-anchor="{anchor}">'
+        f"{escape(content)}</text>"
+    )

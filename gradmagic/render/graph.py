@@ -1,40 +1,184 @@
-"""The gradient graph as a static picture (SVG and PNG, matplotlib) and as a one-paragraph text summary.
+"""The gradient graph as a self-contained SVG (for the static HTML), drawn as the live view draws it
+(`labextension/src/graphview.ts`: the same boxes, colours and edges), and as a one-line text summary.
 
-The drawing reads where each node goes from the graph's layout
-(`Graph.layout`, computed with the graph in `gradmagic/checking/graph_layout.py`):
-two lanes, the forward left to right above, the backward right to left below,
-with name scopes folded above 200 nodes. Tensors the backward keeps from the
-forward cross between the lanes as red dashed edges labelled with their size.
-A graph from a report saved before schema 1.5 has no layout: the picture says
-so instead.
+Where each node goes, which name scopes are folded and how edges bend round other nodes come with the graph
+(`Graph.layout`, computed in `gradmagic/checking/graph_layout.py`): two lanes, the forward left to right above,
+the backward right to left below. Tensors the backward keeps from the forward cross between the lanes as red
+dashed edges labelled with their size. A graph from a report saved before schema 1.5 has no layout: the picture
+says so instead.
 """
 
 from __future__ import annotations
 
-import io
+import math
+from html import escape
 
+from gradmagic.render.figures import FONT, MUTED, text
 from gradmagic.report import Graph
 
-#: The colour of each role, in the legend's order: the forward lane's, then the backward lane's.
-COLOURS = {
-    "input": "#4C72B0",
-    "variable": "#8172B2",
-    "forward": "#55A868",
-    "output": "#2E7D32",
-    "upstream": "#C44E52",
-    "backward": "#DD8452",
-    "downstream": "#8C564B",
+#: Pixels per layout unit, the boxes, and the space around: graphview.ts's.
+UNIT_X, UNIT_Y, BOX_HEIGHT, CHAR_WIDTH, GRAPH_MARGIN = 150, 54, 34, 6.4, 40
+ROLE_COLOURS = {
+    "input": "#4c72b0",
+    "variable": "#8172b2",
+    "forward": "#55a868",
+    "output": "#2e7d32",
+    "upstream": "#c44e52",
+    "backward": "#dd8452",
+    "downstream": "#8c564b",
 }
-SAVED_COLOUR = "#D62728"
-#: What the picture of a graph without a layout says.
+SAVED = "#d62728"
 NO_LAYOUT = (
     "This report was saved by an older gradmagic, without the graph's layout: re-run the cell to draw its gradient "
     "graph."
 )
 
 
+#: The legend's height above the drawing, and the width it needs.
+LEGEND, LEGEND_WIDTH = 24, 640
+
+
+def _legend() -> str:
+    """The roles' colours, then the saved edge, as graphview.ts's legend bar."""
+    parts, x = [], 4.0
+    for role, colour in ROLE_COLOURS.items():
+        width = CHAR_WIDTH * len(role) + 12
+        parts.append(
+            f'<rect x="{x:.1f}" y="-{LEGEND - 4}" width="{width:.1f}" height="15" rx="3" fill="{colour}"/>'
+            f'<text x="{x + width / 2:.1f}" y="-{LEGEND - 15}" font-size="10.5" fill="#ffffff" '
+            f'text-anchor="middle">{role}</text>'
+        )
+        x += width + 4
+    parts.append(
+        f'<line x1="{x + 2:.1f}" y1="-{LEGEND - 11}" x2="{x + 26:.1f}" y2="-{LEGEND - 11}" stroke="{SAVED}" '
+        'stroke-width="1.8" stroke-dasharray="6 4"/>'
+        f'<text x="{x + 30:.1f}" y="-{LEGEND - 15}" font-size="10.5" fill="{SAVED}">saved for the backward</text>'
+    )
+    return "".join(parts)
+
+
+def _place(position) -> tuple[float, float]:
+    return GRAPH_MARGIN + position[0] * UNIT_X, GRAPH_MARGIN + position[1] * UNIT_Y
+
+
+def _node_text(node) -> tuple[str, str]:
+    title = node.label + (f" ({node.count} ops)" if node.count > 1 else "")
+    shape = ""
+    if node.shapes:
+        first = node.shapes[0]
+        shape = f"[{', '.join('?' if d is None else str(d) for d in first)}]" if first else "scalar"
+    detail = " ".join(part for part in (shape, f"l.{node.line}" if node.line is not None else "") if part)
+    return title, detail
+
+
+def _box_exit(ux: float, uy: float, half_width: float) -> float:
+    along_x = half_width / abs(ux) if ux else math.inf
+    along_y = BOX_HEIGHT / 2 / abs(uy) if uy else math.inf
+    return min(along_x, along_y) + 2
+
+
+def edge_path(points: list[tuple[float, float]], source_half: float, target_half: float):
+    """An edge through `points` (source centre, bends, target centre): an SVG path from box to box, rounded at the
+    bends, and the middle of its longest segment (for a label). As `edgePath` in graphview.ts."""
+
+    def unit(a, b):
+        length = math.hypot(b[0] - a[0], b[1] - a[1]) or 1.0
+        return (b[0] - a[0]) / length, (b[1] - a[1]) / length
+
+    first, last = unit(points[0], points[1]), unit(points[-2], points[-1])
+    start, end = _box_exit(*first, source_half), _box_exit(*last, target_half)
+    ends = list(points)
+    ends[0] = (points[0][0] + first[0] * start, points[0][1] + first[1] * start)
+    ends[-1] = (points[-1][0] - last[0] * end, points[-1][1] - last[1] * end)
+    d = f"M{ends[0][0]:.1f},{ends[0][1]:.1f}"
+    for i in range(1, len(ends) - 1):
+        before, after = unit(ends[i], ends[i - 1]), unit(ends[i], ends[i + 1])
+        radius = min(
+            14.0,
+            math.hypot(ends[i][0] - ends[i - 1][0], ends[i][1] - ends[i - 1][1]) / 2,
+            math.hypot(ends[i + 1][0] - ends[i][0], ends[i + 1][1] - ends[i][1]) / 2,
+        )
+        d += f" L{ends[i][0] + before[0] * radius:.1f},{ends[i][1] + before[1] * radius:.1f}"
+        d += f" Q{ends[i][0]:.1f},{ends[i][1]:.1f} {ends[i][0] + after[0] * radius:.1f},{ends[i][1] + after[1] * radius:.1f}"
+    d += f" L{ends[-1][0]:.1f},{ends[-1][1]:.1f}"
+    segments = list(zip(ends, ends[1:]))
+    a, b = max(segments, key=lambda s: math.hypot(s[1][0] - s[0][0], s[1][1] - s[0][1]))
+    return d, ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)
+
+
+def graph_svg(graph: Graph) -> str:
+    """The gradient graph: the forward lane above, the backward below, saved tensors as red dashed edges labelled
+    with their size; placed by the Report's layout."""
+    if graph.layout is None:
+        return (
+            '<svg xmlns="http://www.w3.org/2000/svg" width="640" height="30">'
+            + text(NO_LAYOUT, 4, 18, 11, fill=MUTED)
+            + "</svg>"
+        )
+    positions = graph.layout.positions
+    drawn = graph.folded()
+    nodes = [node for node in drawn.nodes if node.id in positions]
+    halves = {node.id: max(len(text) for text in _node_text(node)) * CHAR_WIDTH / 2 + 8 for node in nodes}
+    width = max((_place(positions[n.id])[0] + halves[n.id] + GRAPH_MARGIN for n in nodes), default=200)
+    height = max((_place(positions[n.id])[1] + BOX_HEIGHT / 2 + GRAPH_MARGIN for n in nodes), default=60)
+    routes = {(route.source, route.target): route.points for route in graph.layout.routes}
+    width = max(width, LEGEND_WIDTH)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height + LEGEND:.0f}" '
+        f'viewBox="0 -{LEGEND} {width:.0f} {height + LEGEND:.0f}" style="{FONT}">',
+        _legend(),
+        "<title>Gradient graph: forward above, backward below</title>",
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#8c8c8c"/></marker>'
+        '<marker id="arrow-saved" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        f'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{SAVED}"/></marker></defs>',
+    ]
+    saved_layer = []
+    for edge in drawn.edges:
+        if edge.source not in halves or edge.target not in halves:
+            continue
+        points = [_place(positions[edge.source])]
+        points += [_place(point) for point in routes.get((edge.source, edge.target), ())]
+        points.append(_place(positions[edge.target]))
+        d, middle = edge_path(points, halves[edge.source], halves[edge.target])
+        if edge.saved:
+            saved_layer.append(
+                f'<path d="{d}" fill="none" stroke="{SAVED}" stroke-width="1.8" stroke-dasharray="6 4" '
+                'marker-end="url(#arrow-saved)"/>'
+            )
+            if edge.bytes is not None:
+                saved_layer.append(
+                    f'<text x="{middle[0]:.1f}" y="{middle[1]:.1f}" font-size="10" fill="{SAVED}" '
+                    f'text-anchor="middle" paint-order="stroke" stroke="#ffffff" stroke-width="3">'
+                    f"{escape(format_bytes(edge.bytes))}</text>"
+                )
+        else:
+            parts.append(f'<path d="{d}" fill="none" stroke="#8c8c8c" stroke-width="1.2" marker-end="url(#arrow)"/>')
+    for node in nodes:
+        x, y = _place(positions[node.id])
+        half = halves[node.id]
+        title, detail = _node_text(node)
+        parts.append(
+            f'<g><title>{escape(node.label + (f" ({node.op})" if node.op else ""))}</title>'
+            f'<rect x="{x - half:.1f}" y="{y - BOX_HEIGHT / 2:.1f}" width="{2 * half:.1f}" height="{BOX_HEIGHT}" '
+            f'rx="5" fill="{ROLE_COLOURS.get(node.role, "#57606a")}"/>'
+            f'<text x="{x:.1f}" y="{y - 3 if detail else y + 4:.1f}" font-size="11" fill="#ffffff" '
+            f'text-anchor="middle">{escape(title)}</text>'
+            + (
+                f'<text x="{x:.1f}" y="{y + 11:.1f}" font-size="9.5" fill="#ffffff" text-anchor="middle">'
+                f"{escape(detail)}</text>"
+                if detail
+                else ""
+            )
+            + "</g>"
+        )
+    parts += saved_layer
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def graph_summary(graph: Graph) -> str:
-    """`7 forward and 4 backward nodes; the backward keeps 12 B alive (1 saved tensor)`."""
+    """`gradient graph: 7 forward and 4 backward ops; the backward keeps 12 B alive (1 saved tensor)`."""
     forward = sum(node.count for node in graph.nodes if node.role == "forward")
     backward = sum(node.count for node in graph.nodes if node.role == "backward")
     kept = (
@@ -51,169 +195,3 @@ def format_bytes(size: int) -> str:
         if size >= scale:
             return f"{size / scale:.1f} {unit}"
     return f"{size} B"
-
-
-def graph_svg(graph: Graph) -> str:
-    from matplotlib import rc_context
-
-    buffer = io.StringIO()
-    with rc_context({"svg.fonttype": "none"}):  # text stays text: smaller, faster, selectable
-        draw(graph).savefig(buffer, format="svg")
-    return buffer.getvalue()
-
-
-def graph_png(graph: Graph, dpi: int = 100) -> bytes:
-    buffer = io.BytesIO()
-    draw(graph).savefig(buffer, format="png", dpi=dpi)
-    return buffer.getvalue()
-
-
-#: Size of one layout unit on the page, in inches (x: between layers, y: between rows).
-UNIT_X, UNIT_Y = 1.35, 0.62
-#: Narrowest page, in inches: the legend must fit.
-MIN_WIDTH = 9.5
-#: Box size in layout units for a label of n characters (7 pt text).
-CHAR_WIDTH, BOX_HEIGHT = 0.045, 0.5
-
-
-def draw(graph: Graph):
-    """A matplotlib Figure of the graph (no pyplot: no global state, any backend).
-
-    Every kind of mark is one artist (a patch collection for the boxes, a
-    quiver for the arrows, a line collection for the saved tensors), so a
-    graph of a few hundred nodes draws in a fraction of a second.
-    """
-    import numpy as np
-    from matplotlib.collections import LineCollection, PatchCollection
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import FancyBboxPatch, Patch
-
-    if graph.layout is None:
-        figure = Figure(figsize=(MIN_WIDTH, 0.5))
-        figure.text(0.5, 0.5, NO_LAYOUT, ha="center", va="center", fontsize=8, color="#555555", wrap=True)
-        return figure
-    graph = graph.folded()  # name scopes as one node each, when the layout folded them
-    positions = {node_id: (x, -y) for node_id, (x, y) in graph.layout.positions.items()}  # y grows upwards here
-    xs = [x for x, _ in positions.values()] or [0.0]
-    ys = [y for _, y in positions.values()] or [0.0]
-    left, right, bottom, top = min(xs) - 0.7, max(xs) + 0.7, min(ys) - 0.7, max(ys) + 0.7
-    header = 1.0  # inches above the graph: legend and title
-    width, height = (right - left) * UNIT_X, (top - bottom) * UNIT_Y
-    page = max(width, MIN_WIDTH)
-    figure = Figure(figsize=(page, height + header))
-    axes = figure.add_axes((0, 0, 1, height / (height + header)))
-    centre = (left + right) / 2  # a narrow graph sits in the middle of a page wide enough for the legend
-    axes.set_xlim(centre - page / UNIT_X / 2, centre + page / UNIT_X / 2)
-    axes.set_ylim(bottom, top)
-    axes.axis("off")
-
-    texts, boxes, half_widths = [], [], {}
-    for node in graph.nodes:
-        x, y = positions[node.id]
-        shape = "x".join("?" if d is None else str(d) for d in node.shapes[0]) if node.shapes else ""
-        title = node.label + (f" ({node.count} ops)" if node.count > 1 else "")
-        detail = " ".join(
-            part for part in (f"[{shape}]" if node.shapes else "", f"l.{node.line}" if node.line else "") if part
-        )
-        text = title + ("\n" + detail if detail else "")
-        half = CHAR_WIDTH * max(len(line) for line in text.split("\n")) / 2 + 0.06
-        half_widths[node.id] = half
-        boxes.append(
-            FancyBboxPatch(
-                (x - half, y - BOX_HEIGHT / 2),
-                2 * half,
-                BOX_HEIGHT,
-                boxstyle="round,pad=0,rounding_size=0.06",
-                facecolor=COLOURS[node.role],
-                edgecolor="none",
-            )
-        )
-        texts.append((x, y, text))
-    axes.add_collection(PatchCollection(boxes, match_original=True, linewidths=0, zorder=2))
-    for x, y, text in texts:
-        axes.text(x, y, text, ha="center", va="center", fontsize=7, color="white", zorder=3)
-
-    for saved in (False, True):
-        edges = [e for e in graph.edges if e.saved == saved]
-        if not edges:
-            continue
-        start, end = [], []
-        for edge in edges:  # from the edge of one box to the edge of the other
-            (x0, y0), (x1, y1) = positions[edge.source], positions[edge.target]
-            direction = np.array([x1 - x0, y1 - y0])
-            length = float(np.hypot(*direction)) or 1.0
-            unit = direction / length
-            start.append(np.array([x0, y0]) + unit * _box_exit(unit, half_widths[edge.source]))
-            end.append(np.array([x1, y1]) - unit * _box_exit(unit, half_widths[edge.target]))
-        start, end = np.array(start), np.array(end)
-        colour = SAVED_COLOUR if saved else "#8C8C8C"
-        if saved:
-            axes.add_collection(
-                LineCollection(np.stack([start, end], axis=1), colors=colour, linewidths=1.6, linestyles="--", zorder=1)
-            )
-            heads = end - (end - start) / np.maximum(np.hypot(*(end - start).T), 1e-9)[:, None] * 0.15
-            _arrows(axes, heads, end, colour, width=0.0025, head=5)
-            for edge, (x0, y0), (x1, y1) in zip(edges, start, end):
-                if edge.bytes is not None:
-                    axes.text(
-                        (x0 + x1) / 2,
-                        (y0 + y1) / 2,
-                        format_bytes(edge.bytes),
-                        fontsize=6.5,
-                        color=colour,
-                        ha="center",
-                        va="center",
-                        zorder=3,
-                        backgroundcolor="white",
-                    )
-        else:
-            _arrows(axes, start, end, colour, width=0.0015, head=6)
-
-    handles = [Patch(facecolor=colour, label=role) for role, colour in COLOURS.items()]
-    handles.append(Line2D([0], [0], color=SAVED_COLOUR, linestyle="--", linewidth=1.6, label="saved for the backward"))
-    figure.legend(
-        handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False, bbox_to_anchor=(0.5, 1.0)
-    )
-    figure.text(
-        0.5,
-        1 - 0.42 / (height + header),
-        "forward: top, left to right; backward: bottom, right to left",
-        ha="center",
-        va="top",
-        fontsize=7.5,
-        color="#555555",
-    )
-    figure.text(
-        0.5,
-        1 - 0.62 / (height + header),
-        graph_summary(graph).removeprefix("gradient graph: "),
-        ha="center",
-        va="top",
-        fontsize=8,
-        color="#222222",
-    )
-    return figure
-
-
-def _arrows(axes, start, end, colour: str, width: float, head: float) -> None:
-    """Arrows from `start` to `end` rows (data coordinates), all in one artist."""
-    axes.quiver(
-        *start.T,
-        *(end - start).T,
-        angles="xy",
-        scale_units="xy",
-        scale=1,
-        color=colour,
-        width=width,
-        headwidth=head,
-        headlength=head + 1,
-        zorder=1,
-    )
-
-
-def _box_exit(unit, half_width: float) -> float:
-    """How far from a box's centre a ray in direction `unit` leaves the box."""
-    along_x = half_width / abs(unit[0]) if unit[0] else float("inf")
-    along_y = (BOX_HEIGHT / 2) / abs(unit[1]) if unit[1] else float("inf")
-    return min(along_x, along_y) + 0.03

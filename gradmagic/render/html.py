@@ -1,225 +1,281 @@
-"""A Report as self-contained, sanitiser-safe HTML: no scripts, images inline, every string from the data escaped.
+"""A Report as self-contained, sanitiser-safe HTML: what shared notebooks, `jupyter nbconvert --to html` and
+GitHub show, where no script runs and nothing loads from the network.
 
-The sections are separate functions: the widget shows each in its own tab,
-`render_html` puts them one after another, in `<details>` blocks that fold
-without JavaScript (for GitHub, nbviewer and `nbconvert --to html`).
+The same sections, words and order as the live view (`labextension/src/reportview.ts`): a passing op is one line
+with the details folded; a failing one shows the verdict, each problem once (cause, fix, where), then the evidence.
+No scripts, no stylesheets (inline styles only, and the page reads without them: plain tables, lists and
+`<details>`, which folds without JavaScript); figures as SVG images inline (`data:` URIs, which sanitisers keep
+where they drop `<svg>`). Every string from the data is escaped.
 """
 
 from __future__ import annotations
 
-import base64
 from html import escape
 
 from gradmagic.render import (
     BACKEND_NAMES,
     COLOURS,
     VERDICT_WORDS,
-    backend_rows,
+    format_number,
     framework_label,
+    headline,
+    key_figures,
+    no_graph_reason,
+    no_sweep_reason,
+    numerics_summary,
+    shown_elements,
     surrogate_line,
+    sweep_summary,
     where,
 )
-from gradmagic.render.graph import graph_summary
-from gradmagic.render.text import numerics_summary
+from gradmagic.render.figures import block_scale, data_uri, heatmap_blocks, heatmap_legend, heatmap_svg, swatch_svg
+from gradmagic.render.figures import sweep_svg
+from gradmagic.render.graph import graph_summary, graph_svg
 from gradmagic.report import Report, element_label
 
-MUTED = "color: #57606a"
-#: Problems whose messages the header shows; the rest are in the problems section.
-HEADLINED = 3
-TIMED_PHASES = ("structure", "tf_function", "graph", "numerics", "backends")
+MUTED = "color: #59636e"
+CODE = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
+TIMED_PHASES = ("structure", "graph", "tf_function", "numerics", "backends")
+SHAPE_CODES = ("grad-shape", "grad-dtype", "grad-count", "grad-structure", "variable-grad-shape")
+SEVERITY_BORDER = {"error": COLOURS["error"], "warning": COLOURS["warning"], "info": COLOURS["info"]}
 
 
-def render_html(report: Report, images=None) -> str:
-    """The whole report; `images` (a `figures.ReportImages`) supplies the PNGs, rendered if not given."""
-    from gradmagic.render.figures import images_of
-
-    images = images or images_of(report)
-    sections = [
-        (f"Problems ({len(report.problems)})", problems_html(report), bool(report.problems)),
-        *([(f"Backends ({len(report.backends)})", backends_html(report), True)] if report.backends else []),
-        ("Shapes", shapes_html(report), True),
-        ("Finite differences", numerics_html(report) + image_html(images.jacobians, "Jacobian heatmaps"), True),
+def render_html(report: Report) -> str:
+    """The whole report, as the live view lays it out."""
+    parts = [
+        '<div class="gradmagic-report" style="font-family: system-ui, -apple-system, \'Segoe UI\', Roboto, '
+        'sans-serif; font-size: 13px; line-height: 1.45; max-width: 100%">',
+        header_html(report),
+        problems_html(report),
     ]
-    if report.sweep is not None:
-        sections.append(("Sweep", sweep_html(report) + image_html(images.sweep, "sweep"), True))
-    if report.graph is not None:
-        graph = graph_html(report) + image_html(images.graph, graph_summary(report.graph))
-        sections.append(("Gradient graph", graph, False))
-    parts = ['<div class="gradmagic-report" style="font-family: sans-serif; font-size: 13px; line-height: 1.4">']
-    parts.append(header_html(report, problems=False))
-    for title, body, opened in sections:
-        parts.append(
-            f'<details{" open" if opened else ""} style="margin: 4px 0"><summary><b>{escape(title)}</b></summary>'
-            f"{body}</details>"
-        )
+    evidence = [
+        backends_html(report),
+        numerics_html(report),
+        shapes_html(report),
+        sweep_html(report),
+        _section("Gradient graph", graph_html(report), False),
+        notes_html(report),
+        timings_html(report),
+    ]
+    if report.verdict in ("pass", "surrogate"):
+        parts.append(_section("Details", "".join(evidence), False, muted=True))
+    else:
+        parts += evidence
     parts.append("</div>")
     return "".join(parts)
 
 
-def header_html(report: Report, problems: bool = True) -> str:
-    """Verdict in words and colour, the op's signature, framework and timings; with `problems`, the first ones."""
-    op = report.op
-    verdict = report.verdict
-    timings = " · ".join(
-        f"{phase.replace('_', '.')} {report.timings[phase] * 1e3:.0f} ms"
-        for phase in TIMED_PHASES
-        if phase in report.timings
-    )
+def header_html(report: Report) -> str:
+    """The verdict as a badge, the op's signature, the verdict per backend, the key figures; the surrogate line."""
+    op, verdict = report.op, report.verdict
     parts = [
-        f'<div style="font-size: 14px"><b style="color: {COLOURS[verdict]}">{escape(VERDICT_WORDS[verdict].upper())}'
-        f"</b> <code>{escape(op.name + op.signature)}</code></div>",
-        f'<div style="{MUTED}; font-size: 12px">{escape(framework_label(op))}, '
-        f"{escape(op.mode)}; checked in {report.timings.get('total', 0) * 1e3:.0f} ms"
-        + (f" ({escape(timings)})" if timings else "")
-        + "</div>",
+        '<div style="display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px">',
+        f'<span style="background: {COLOURS[verdict]}; color: #ffffff; border-radius: 10px; padding: 1px 8px; '
+        f'font-weight: 600; font-size: 11.5px">{escape(VERDICT_WORDS[verdict].upper())}</span>',
+        f'<code style="{CODE}; font-weight: 600">{escape(op.name + op.signature)}</code>',
     ]
+    if report.backends:
+        parts.append(f'<span style="font-weight: 600">{escape(headline(report))}</span>')
+    parts.append(f'<span style="{MUTED}">{escape(key_figures(report))}</span></div>')
     surrogate = surrogate_line(report)
     if surrogate:
-        parts.append(f'<div style="font-size: 12px; color: {COLOURS["surrogate"]}">{escape(surrogate)}</div>')
-    if report.backends:
-        marks = {"pass": "✓", "warn": "✓", "surrogate": "✓", "unchecked": "–", "fail": "✗", "unavailable": "–"}
-        parts.append(
-            '<div style="font-size: 12px">backends: '
-            + " · ".join(
-                f'<b style="color: {COLOURS[result.verdict]}">'
-                f"{escape(BACKEND_NAMES.get(result.backend, result.backend))} {marks[result.verdict]}</b>"
-                for result in report.backends
-            )
-            + "</div>"
-        )
-    if problems and report.problems:
-        parts.append(_problem_list(report, report.problems[:HEADLINED]))
-        if len(report.problems) > HEADLINED:
-            parts.append(f'<div style="{MUTED}">… and {len(report.problems) - HEADLINED} more (Problems).</div>')
+        parts.append(f'<div style="margin: 4px 0; color: {COLOURS["surrogate"]}">{escape(surrogate)}</div>')
     return "".join(parts)
 
 
 def problems_html(report: Report) -> str:
-    if not report.problems:
-        return f'<div style="{MUTED}">No problem found.</div>'
-    return _problem_list(report, report.problems)
+    """Errors and warnings, each once: severity, code, where, then the message (cause and fix)."""
+    shown = [problem for problem in report.problems if problem.severity != "info"]
+    return _problem_list(report, shown, ordered=True) if shown else ""
 
 
-def _problem_list(report: Report, problems) -> str:
+def notes_html(report: Report) -> str:
+    """The infos, folded."""
+    infos = [problem for problem in report.problems if problem.severity == "info"]
+    return _section(f"Notes ({len(infos)})", _problem_list(report, infos), False) if infos else ""
+
+
+def _problem_list(report: Report, problems, ordered: bool = False) -> str:
+    tag = "ol" if ordered else "ul"
     items = []
     for problem in problems:
         place = where(problem.location, report.op.filename)
+        colour = SEVERITY_BORDER[problem.severity]
         items.append(
-            f'<li><b style="color: {COLOURS[problem.severity]}">{escape(problem.severity)}</b> '
-            f"<code>{escape(problem.code)}</code>"
-            + (f' <span style="{MUTED}">({escape(place)})</span>' if place else "")
-            + f'<br><span style="white-space: pre-wrap">{escape(problem.message)}</span></li>'
+            f'<li style="margin: 0 0 8px; padding: 4px 10px 6px; border-left: 3px solid {colour}; '
+            'background: #f6f8fa">'
+            f'<b style="color: {colour}; font-size: 11.5px">{escape(problem.severity.upper())}</b> '
+            f'<code style="{CODE}; font-weight: 600">{escape(problem.code)}</code>'
+            + (f' <span style="{MUTED}; {CODE}; font-size: 11.5px">{escape(place)}</span>' if place else "")
+            + f'<div style="white-space: pre-wrap; margin-top: 2px">{escape(problem.message)}</div></li>'
         )
-    return f'<ul style="margin: 4px 0; padding-left: 20px">{"".join(items)}</ul>'
+    return f'<{tag} style="margin: 8px 0; padding: 0; list-style: none">{"".join(items)}</{tag}>'
 
 
 def backends_html(report: Report) -> str:
     """The portability check: the verdict on each Keras backend, each checked in its own process."""
+    if not report.backends:
+        return ""
     rows = []
-    for name, verdict, version, detail, seconds in backend_rows(report):
+    for result in report.backends:
+        here = " (this kernel)" if result.backend == report.op.backend else ""
+        codes = ", ".join(dict.fromkeys(p.code for p in result.problems if p.severity != "info"))
+        detail = (result.note or "") if result.verdict == "unavailable" else codes or "no problem"
+        seconds = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1e3:.0f} ms"
         rows.append(
-            f'<tr><td>{escape(name)}</td><td><b style="color: {COLOURS[verdict]}">{escape(VERDICT_WORDS[verdict])}</b>'
-            f"</td><td>{escape(detail)}</td><td>{escape(version)}</td><td align=right>{escape(seconds)}</td></tr>"
+            [
+                BACKEND_NAMES.get(result.backend, result.backend) + here,
+                (VERDICT_WORDS[result.verdict], COLOURS[result.verdict]),
+                detail,
+                result.version or "",
+                seconds,
+            ]
         )
     note = (
-        f'<div style="{MUTED}">The same op and inputs on each Keras backend, each in its own process '
-        "(KERAS_BACKEND is fixed when Keras is imported). Each failing backend's first error is in Problems.</div>"
+        f'<p style="{MUTED}">The same op and inputs on each Keras backend, each in its own process (KERAS_BACKEND is '
+        "fixed when Keras is imported). A failing backend's problems are in the list above.</p>"
     )
-    return note + _table(("backend", "verdict", "problems", "versions", "time"), rows)
+    failing = any(result.verdict in ("fail", "unavailable") for result in report.backends)
+    table = _table(("backend", "verdict", "problems", "versions", "time"), rows, numeric=(4,))
+    return _section(f"Backends ({len(report.backends)})", note + table, failing)
 
 
 def shapes_html(report: Report) -> str:
-    """Inputs, outputs, upstream and downstream gradients and variables: shape, dtype, and what was expected."""
+    """Inputs, outputs, upstream and downstream gradients and variables: dtype and shape, and what was expected."""
+    mismatch = any(not row.matches for row in report.tensors)
+    opened = mismatch or any(problem.code in SHAPE_CODES for problem in report.problems)
     if not report.tensors:
-        return f'<div style="{MUTED}">No tensor reached the check.</div>'
+        body = f'<p style="{MUTED}">No tensor reached the check: it stopped before calling the op.</p>'
+        return _section("Shapes", body, opened)
     rows = []
     for row in report.tensors:
-        shape = "None" if row.shape is None else f"{row.dtype}{list(row.shape)}"
-        expected = "" if row.expected_shape is None else f"{row.expected_dtype}{list(row.expected_shape)}"
-        mark = "✓" if row.matches else "✗ mismatch"
-        style = "" if row.matches else f' style="color: {COLOURS["error"]}; font-weight: bold"'
-        rows.append(
-            f"<tr{style}><td>{escape(row.role)}</td><td><code>{escape(row.name)}</code></td>"
-            f"<td>{escape(shape)}</td><td>{escape(expected)}</td><td>{mark if expected else ''}</td></tr>"
-        )
-    return _table(("role", "name", "shape", "expected", ""), rows)
+        shape = "None" if row.shape is None else f"{row.dtype} {_shape(row.shape)}"
+        expected = "" if row.expected_shape is None else f"{row.expected_dtype} {_shape(row.expected_shape)}"
+        mark = ("✓" if row.matches else "✗ mismatch") if expected else ""
+        rows.append(([row.role, row.name, shape, expected, mark], not row.matches))
+    table = _table(("role", "name", "dtype and shape", "expected", ""), rows)
+    return _section("Shapes", table, opened)
 
 
 def numerics_html(report: Report) -> str:
-    """How the comparison ran, the worst elements (full mode) or the located ones (projection mode)."""
+    """How the comparison ran, the worst elements (full mode) or the located ones (projection mode), heatmaps."""
     numerics = report.numerics
-    parts = [f'<div style="{MUTED}">{escape(numerics_summary(report))}</div>']
-    if numerics.mode == "full" and numerics.rtol is not None:
-        parts.append(
-            f'<div style="{MUTED}">tolerance: rtol {numerics.rtol:.3g}, atol {numerics.atol:.3g}, '
-            f"step {numerics.eps:.3g} × max(|x|, 1); error 1.0 is the tolerance</div>"
-        )
+    failing = any(problem.code == "fd-mismatch" for problem in report.problems)
+    parts = [f'<p style="{MUTED}">{escape(numerics_summary(report))}</p>']
     kinks = [p for p in report.problems if p.code == "nondifferentiable-point" and p.location is not None]
     if kinks:
         labels = ", ".join(where(p.location) for p in kinks)
         parts.append(
-            f"<div>Not differentiable at {escape(labels)}: left out of the comparison (▼ in the heatmaps).</div>"
+            f'<p style="color: {COLOURS["warn"]}">Not differentiable at {escape(labels)}: left out of the '
+            "comparison.</p>"
         )
-    if numerics.worst:
+    listed = shown_elements(numerics)
+    if listed:
         heading = (
-            "Worst elements"
-            if numerics.mode == "full"
-            else "Located elements (custom J<sup>T</sup>u vs finite differences)"
+            "Worst elements" if numerics.mode == "full" else "Located elements (custom Jᵀu against finite differences)"
         )
         rows = []
-        for element in numerics.worst:
+        for element in listed:
             label = element_label(element.input, element.index)
             if element.output is not None:
                 label = f"d {element_label(element.output, element.output_index)} / d {label}"
-            bad = element.error is not None and element.error > 1
-            style = f' style="color: {COLOURS["error"]}"' if bad else ""
-            rows.append(
-                f"<tr{style}><td><code>{escape(label)}</code></td>"
-                + "".join(
-                    f"<td align=right>{_number(value)}</td>"
-                    for value in (element.custom, element.numerical, element.autodiff, element.error)
-                )
-                + "</tr>"
-            )
-        parts.append(f"<div><b>{heading}</b></div>")
-        parts.append(_table(("element", "custom", "finite differences", "autodiff", "error"), rows))
-    return "".join(parts)
+            values = [format_number(v) for v in (element.custom, element.numerical, element.autodiff, element.error)]
+            bad = element.error is not None and not element.error <= 1
+            rows.append(([label, *values], bad))
+        parts.append(f'<div style="font-weight: 600; margin-top: 6px">{escape(heading)}</div>')
+        headings = ("element", "custom", "finite differences", "autodiff", "error ÷ tolerance")
+        parts.append(_table(headings, rows, numeric=(1, 2, 3, 4)))
+    if numerics.mode == "full":
+        blocks = heatmap_blocks(numerics)
+        if blocks:
+            parts.append(_section("Jacobians", "".join(_heatmap(block) for block in blocks), failing))
+        elif not numerics.jacobians:
+            parts.append(f'<p style="{MUTED}">Jacobians of more than 4,096 entries are not kept for heatmaps.</p>')
+    return _section("Finite differences", "".join(parts), failing)
+
+
+def _heatmap(block) -> str:
+    caption = f"d {block.output} / d {block.input}: {block.shape[0]} × {block.shape[1]}"
+    legend = "".join(
+        f'<span style="white-space: nowrap; margin-right: 12px"><img alt="" src="{data_uri(swatch_svg(fill))}" '
+        f'style="vertical-align: middle"> {escape(label)}</span> '
+        for fill, label in heatmap_legend(block_scale(block))
+    )
+    return (
+        f'<figure style="margin: 0 0 10px; overflow-x: auto"><figcaption style="{MUTED}; {CODE}">{escape(caption)}'
+        f'</figcaption><img alt="{escape(caption)}" src="{data_uri(heatmap_svg(block))}">'
+        f'<div style="{MUTED}; font-size: 11.5px">{legend}</div></figure>'
+    )
 
 
 def sweep_html(report: Report) -> str:
+    """The sweep's figure, or why there is none."""
     sweep = report.sweep
-    element = element_label(sweep.input, tuple(sweep.index) or None)
-    output = element_label(sweep.output, tuple(sweep.output_index) or None)
-    kind = "the op is element-wise in it" if sweep.elementwise else "a scalar input"
-    return (
-        f'<div style="{MUTED}">{escape(output)} and its derivative along {escape(element)} ({kind}) from '
-        f"{sweep.points[0]:.4g} to {sweep.points[-1]:.4g}, {len(sweep.points)} points; the other inputs at the "
-        "example point.</div>"
+    if sweep is None:
+        return _section("Sweep", f'<p style="{MUTED}">{escape(no_sweep_reason(report))}</p>', False)
+    image = data_uri(sweep_svg(sweep, report.verdict == "surrogate"))
+    body = (
+        f'<p style="{MUTED}">{escape(sweep_summary(sweep))}</p>'
+        f'<img alt="{escape(sweep_summary(sweep))}" style="max-width: 100%" src="{image}">'
     )
+    return _section("Sweep", body, True)
 
 
 def graph_html(report: Report) -> str:
+    """The gradient graph's summary and drawing, or why there is none."""
+    if report.graph is None:
+        return f'<p style="{MUTED}">{escape(no_graph_reason(report))}</p>'
+    summary = (
+        f"{graph_summary(report.graph)} (per call, from the forward until the gradient is taken: the red dashed "
+        "edges)."
+    )
     return (
-        f'<div style="{MUTED}">{escape(graph_summary(report.graph))} (per call, from the forward until the '
-        "gradient is taken: the red dashed edges).</div>"
+        f'<p style="{MUTED}">{escape(summary)}</p><div style="overflow-x: auto">'
+        f'<img alt="{escape(graph_summary(report.graph))}" src="{data_uri(graph_svg(report.graph))}"></div>'
     )
 
 
-def image_html(png: bytes | None, alt: str) -> str:
-    """An inline PNG: shown without a kernel, and kept by notebook sanitisers (which drop inline SVG)."""
-    if png is None:
+def timings_html(report: Report) -> str:
+    phases = [phase for phase in TIMED_PHASES if phase in report.timings]
+    if not phases:
         return ""
-    data = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{escape(alt)}" style="max-width: 100%" src="data:image/png;base64,{data}">'
+    text = " · ".join(f"{phase.replace('_', '.')} {report.timings[phase] * 1e3:.0f} ms" for phase in phases)
+    return f'<p style="{MUTED}">{escape(framework_label(report.op))}, {escape(report.op.mode)}: {escape(text)}</p>'
 
 
-def _table(headings, rows) -> str:
-    head = "".join(f"<th align=left>{escape(h)}</th>" for h in headings)
+def _section(title: str, body: str, opened: bool, muted: bool = False) -> str:
+    style = f"{MUTED}; font-weight: normal" if muted else "font-weight: 600"
     return (
-        '<table style="border-collapse: collapse; margin: 4px 0; font-size: 12px">'
-        f"<tr>{head}</tr>{''.join(rows)}</table>"
+        f'<details{" open" if opened else ""} style="margin: 6px 0"><summary style="cursor: pointer; {style}">'
+        f'{escape(title)}</summary><div style="margin-left: 14px">{body}</div></details>'
     )
 
 
-def _number(value: float | None) -> str:
-    return "" if value is None else escape(f"{value:.6g}")
+def _table(headings, rows, numeric=()) -> str:
+    """A table; each row a list of cells (a cell may be (text, colour)), or (cells, mismatch)."""
+    cell_style = "padding: 3px 14px 3px 0; border-bottom: 1px solid #e6eaef; vertical-align: top"
+    head = "".join(
+        f'<th style="padding: 3px 14px 3px 0; border-bottom: 1px solid #d1d9e0; text-align: '
+        f'{"right" if k in numeric else "left"}; {MUTED}">{escape(h)}</th>'
+        for k, h in enumerate(headings)
+    )
+    body = []
+    for row in rows:
+        cells, bad = row if isinstance(row, tuple) else (row, False)
+        line = []
+        for k, cell in enumerate(cells):
+            text, colour = cell if isinstance(cell, tuple) else (cell, None)
+            align = "right; font-variant-numeric: tabular-nums; white-space: nowrap" if k in numeric else "left"
+            colour = COLOURS["error"] if bad else colour
+            extra = f"; color: {colour}" if colour else ""
+            weight = "; font-weight: 600" if bad else ""
+            line.append(f'<td style="{cell_style}; {CODE}; text-align: {align}{extra}{weight}">{escape(text)}</td>')
+        body.append(f"<tr>{''.join(line)}</tr>")
+    return (
+        f'<table style="border-collapse: collapse; margin: 4px 0 8px"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _shape(shape) -> str:
+    return f"[{', '.join('?' if d is None else str(d) for d in shape)}]" if shape else "scalar"

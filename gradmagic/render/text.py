@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gradmagic.render import VERDICT_WORDS, backend_rows, framework_label, surrogate_line, where
+from gradmagic.render import VERDICT_WORDS, backend_rows, framework_label, headline, numerics_summary, surrogate_line, where
 from gradmagic.render.graph import graph_summary
 from gradmagic.report import Report
 
@@ -18,7 +18,7 @@ def render_text(report: Report) -> str:
         severity: sum(p.severity == severity for p in report.problems) for severity in ("error", "warning", "info")
     }
     lines = [
-        f"{op.name}{op.signature} {VERDICT_WORDS[report.verdict]} "
+        f"{op.name}{op.signature} {headline(report)} "
         f"({counts['error']} error{'s' * (counts['error'] != 1)}, {counts['warning']} warning"
         f"{'s' * (counts['warning'] != 1)}) [{framework_label(op)}, {op.mode}, "
         f"{report.timings.get('total', 0) * 1e3:.0f} ms]"
@@ -52,17 +52,3 @@ def render_text(report: Report) -> str:
     if report.graph is not None:
         lines.append("  " + graph_summary(report.graph))
     return "\n".join(lines)
-
-
-def numerics_summary(report: Report) -> str:
-    numerics = report.numerics
-    if numerics.mode == "skipped":
-        return f"finite differences: skipped ({numerics.skipped_because})"
-    detail = (
-        f"{numerics.elements} elements in {numerics.dtype}, worst error {numerics.max_error:.3g} of tolerance"
-        if numerics.max_error is not None
-        else f"{numerics.elements} elements in {numerics.dtype}"
-    )
-    if numerics.mode == "projection":
-        detail += f", {numerics.probes} random directions, noise floor {numerics.noise_floor:.2g}"
-    return f"finite differences ({numerics.mode} mode): {detail}"

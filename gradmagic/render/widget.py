@@ -1,224 +1,182 @@
-"""A Report as a widget made only of ipywidgets' built-in widgets.
+"""A Report as one live widget (anywidget): the report's data, the values of its controls and the state of the
+kernel's work, as traits; the view is `labextension/src/widget.ts`, bundled into `gradmagic/static/widget.js`,
+the same view the JupyterLab extension draws saved reports with.
 
-No custom widget model: it works wherever ipywidgets does (JupyterLab,
-Notebook 7, VS Code), with or without gradmagic's JupyterLab extension. The
-sections are the HTML renderer's, one per tab, and the figures are
-`figures.ReportImages`'. The controls (example inputs, step, tolerances,
-sweep range, Re-check) call back into whoever made the widget: the widget
-itself never checks anything.
+One widget model per report, whatever its size; JupyterLab, Notebook 7 and VS Code draw it with nothing to build
+or enable (anywidget's own front-end loads the view from the model). The controls send requests (check again,
+sweep) as messages; the widget calls back into whoever made it, which checks: the widget itself never does.
 """
 
 from __future__ import annotations
 
-import base64
 import time
-from html import escape
+from pathlib import Path
 from typing import Callable
 
-import ipywidgets as widgets
+import anywidget
+import traitlets
 
-from gradmagic.render import COLOURS, PROGRESS_AFTER
-from gradmagic.render.figures import images_of
-from gradmagic.render.html import (
-    backends_html,
-    graph_html,
-    header_html,
-    numerics_html,
-    problems_html,
-    shapes_html,
-    sweep_html,
-)
-from gradmagic.report import MIME_TYPE, Report
+from gradmagic.report import Report
 
-TAB_TITLES = ("Problems", "Shapes", "Finite differences", "Sweep", "Graph")
+STATIC = Path(__file__).resolve().parent.parent / "static"
+#: What the widget shows where the view was never built (a clone installed without `./dev` or a wheel build).
+UNBUILT_VIEW = """
+export default { render({ el }) {
+  el.textContent = "gradmagic's report view is not built (gradmagic/static/widget.js is missing): run ./dev test "
+    + "or pip install a wheel built from the repository. The report's text and HTML are in the same output.";
+} };
+"""
 
 #: Re-runs a check: (inputs text, option overrides, progress callback) -> Report; raises with a message to show.
 Recheck = Callable[[str, dict, Callable[[float, str], None]], Report]
+#: The static fallbacks of a report (`text/html`, `text/plain`), for the saved output of a re-checked one.
+Fallbacks = Callable[[Report], dict]
 
 
-def graph_display(report: Report, png: bytes | None) -> dict:
-    """A display of the report's gradient graph alone (an output, as in a notebook file): the report's data for
-    gradmagic's JupyterLab extension, which draws the graph interactively, and the static drawing for the rest."""
-    data = {MIME_TYPE: report.to_dict()}
-    if png:
-        data["image/png"] = base64.b64encode(png).decode("ascii")
-    return {"output_type": "display_data", "data": data, "metadata": {MIME_TYPE: {"view": "graph"}}}
+def _static(name: str, fallback: str) -> Path | str:
+    path = STATIC / name
+    return path if path.is_file() else fallback
 
 
-class ReportWidget(widgets.VBox):
-    """The report: header, a tab per section, and controls that re-check in the kernel and update in place.
+class ReportWidget(anywidget.AnyWidget):
+    """The report's live view: its data (`report`), its controls (`controls`) and the kernel's work (`status`).
 
-    `recheck` re-runs the check for the Re-check button (None: the controls
-    are disabled, e.g. for a report read back from JSON). `inputs` is the
-    text the inputs field starts with: `x=EXPR y=EXPR`, as `%gradcheck` takes
-    them. `report` is always the report shown.
+    `recheck` re-runs the check for the controls (None: they are off, e.g.
+    for a report read back from JSON, or one whose op was freed). `inputs` is
+    the text the inputs field starts with: `x=EXPR y=EXPR`, as `%gradcheck`
+    takes them. `fallbacks` makes a re-checked report's static fallbacks.
     """
 
-    def __init__(self, report: Report, recheck: Recheck | None = None, inputs: str = ""):
-        self._recheck = recheck
-        full_width = widgets.Layout(width="100%")
-        self.header = widgets.HTML()
-        self.problems = widgets.HTML()
-        self.shapes = widgets.HTML()
-        self.numerics = widgets.HTML()
-        self.jacobians = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        self.sweep = widgets.HTML()
-        self.sweep_image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        self.graph = widgets.HTML()
-        # The graph as a display: gradmagic's JupyterLab extension draws it interactively from the report's data;
-        # elsewhere (Notebook 7 or VS Code without the extension) the static drawing shows.
-        self.graph_view = widgets.Output()
-        self.tabs = widgets.Tab(
-            children=[
-                self.problems,
-                self.shapes,
-                widgets.VBox([self.numerics, self.jacobians]),
-                widgets.VBox([self.sweep, self.sweep_image]),
-                widgets.VBox([self.graph, self.graph_view]),
-            ],
-            titles=TAB_TITLES,
-        )
+    _esm = _static("widget.js", UNBUILT_VIEW)
+    _css = _static("widget.css", "")
+    report = traitlets.Dict().tag(sync=True)
+    view = traitlets.Unicode("report").tag(sync=True)
+    controls = traitlets.Dict().tag(sync=True)
+    status = traitlets.Dict().tag(sync=True)
+    #: A re-checked report's static fallbacks: the view hands them to the JupyterLab extension, which saves them in
+    #: the notebook's output with the new report (empty until a re-check: the output has the first report's).
+    fallback = traitlets.Dict().tag(sync=True)
 
-        label_width = {"description_width": "initial"}
-        self.inputs = widgets.Text(
-            value=inputs,
-            description="inputs",
-            placeholder="x=tf.constant([1., 2.]) y=3.0",
-            style=label_width,
-            layout=full_width,
-        )
-        self.eps = _option_field("step", "relative; default: eps^(1/3)")
-        self.rtol = _option_field("rtol", "default: by dtype")
-        self.atol = _option_field("atol", "default: by dtype")
-        self.sweep_from = _option_field("sweep from", "default: around the example")
-        self.sweep_to = _option_field("to", "")
-        self.recheck_button = widgets.Button(description="Re-check", icon="refresh", button_style="primary")
-        self.recheck_button.on_click(self._on_recheck)
-        self.progress = widgets.FloatProgress(
-            min=0, max=1, description="checking", style=label_width, layout=widgets.Layout(display="none")
-        )
-        self.status = widgets.HTML()
-        self.controls = widgets.VBox(
-            [
-                self.inputs,
-                widgets.HBox([self.eps, self.rtol, self.atol], layout=widgets.Layout(flex_flow="row wrap")),
-                widgets.HBox(
-                    [self.sweep_from, self.sweep_to, self.recheck_button, self.progress],
-                    layout=widgets.Layout(flex_flow="row wrap"),
-                ),
-                self.status,
-            ]
-        )
-        super().__init__([self.header, self.tabs, self.controls])
-        self.show(report)
-        if recheck is None:
-            for control in (self.inputs, self.eps, self.rtol, self.atol, self.sweep_from, self.sweep_to):
-                control.disabled = True
-            self.recheck_button.disabled = True
-            self.recheck_button.tooltip = "This report has no op to re-check; run its cell again."
+    def __init__(
+        self,
+        report: Report,
+        recheck: Recheck | None = None,
+        inputs: str = "",
+        fallbacks: Fallbacks | None = None,
+        reason: str = "This report has no op to re-check: run its cell again.",
+    ):
+        self._recheck, self._fallbacks, self._inputs, self._reason = recheck, fallbacks, inputs, reason
+        self.shown = report
+        # The first state goes out with the widget's model (one message), not as updates after it.
+        super().__init__(report=report.to_dict(), controls=self._controls(report), status=_status())
+        self.on_msg(self._on_message)
 
     def show(self, report: Report) -> None:
-        """Show `report` in place: every section and the option fields."""
-        self.report = report
-        images = images_of(report)
-        self.header.value = header_html(report)
-        self.problems.value = (backends_html(report) if report.backends else "") + problems_html(report)
-        self.shapes.value = shapes_html(report)
-        self.numerics.value = numerics_html(report)
-        self.sweep.value = (
-            sweep_html(report)
-            if report.sweep is not None
-            else _muted(
-                "No sweep: it is drawn for a scalar input or an element-wise op, in full mode "
-                "(up to full_threshold elements)."
-            )
-        )
-        self.graph.value = graph_html(report) if report.graph is not None else _muted("No gradient graph.")
-        for image, data in (
-            (self.jacobians, images.jacobians),
-            (self.sweep_image, images.sweep),
-        ):
-            image.value = data or b""
-            image.layout.display = None if data else "none"
-        self.graph_view.outputs = (graph_display(report, images.graph),) if report.graph is not None else ()
-        self.tabs.set_title(0, f"Problems ({len(report.problems)})")
-        if not report.ok or report.sweep is None:  # open where the trouble is; else where the picture is
-            self.tabs.selected_index = 0 if report.problems else 2
-        else:
-            self.tabs.selected_index = 3
-        options = report.options
-        for field, name in ((self.eps, "eps"), (self.rtol, "rtol"), (self.atol, "atol")):
-            field.value = "" if options.get(name) is None else repr(options[name])
-        shown = (f"{report.sweep.points[0]:.6g}", f"{report.sweep.points[-1]:.6g}") if report.sweep else ("", "")
-        self.sweep_from.value, self.sweep_to.value = self._shown_range = shown
+        """Show `report` in place, its options in the controls."""
+        self.shown = report
+        self.controls = self._controls(report)
+        self.report = report.to_dict()
 
     def close(self) -> None:
-        """Close this widget and every widget it is made of (children, layouts, styles), freeing their models."""
-        close_tree(self)
+        """Close the widget and its layout's model (ipywidgets makes one per widget; `Widget.close` leaves it)."""
+        layout = self.layout
+        super().close()
+        layout.close()
 
-    def _on_recheck(self, _button=None) -> None:
-        try:
-            overrides = self._overrides()
-        except ValueError as error:
-            self._say(str(error), COLOURS["error"])
+    def _controls(self, report: Report) -> dict:
+        options = report.options
+        sweep_range = options.get("sweep_range") or (
+            (report.sweep.points[0], report.sweep.points[-1]) if report.sweep is not None else None
+        )
+        return {
+            "inputs": self._inputs,
+            "eps": _text(options.get("eps")),
+            "rtol": _text(options.get("rtol")),
+            "atol": _text(options.get("atol")),
+            "sweepFrom": _text(sweep_range[0]) if sweep_range else "",
+            "sweepTo": _text(sweep_range[1]) if sweep_range else "",
+            "available": self._recheck is not None,
+            "reason": "" if self._recheck is not None else self._reason,
+        }
+
+    def _on_message(self, _widget, content: dict, _buffers) -> None:
+        action = content.get("action") if isinstance(content, dict) else None
+        if action not in ("recheck", "sweep") or self._recheck is None or self.status.get("running"):
             return
-        self.recheck_button.disabled = True
+        try:
+            text, overrides = self._request(action, content)
+        except ValueError as error:
+            self.status = _status(message=f"Not {'re-checked' if action == 'recheck' else 'swept'}: {error}", error=True)
+            return
         started = time.perf_counter()
+        self.status = _status(running=True, message="checking…")
 
         def progress(fraction: float, phase: str) -> None:
-            if time.perf_counter() - started > PROGRESS_AFTER:
-                self.progress.layout.display = None
-                self.progress.value = fraction
-                self.progress.description = phase
+            self.status = _status(running=True, fraction=fraction, message=phase)
 
         try:
-            report = self._recheck(self.inputs.value, overrides, progress)
+            report = self._recheck(text, overrides, progress)
         except Exception as error:  # noqa: BLE001 - shown to the user; the previous report stays
-            self._say(f"Not re-checked: {error}", COLOURS["error"])
-        else:
-            self.show(report)
-            self._say(f"Re-checked in {(time.perf_counter() - started) * 1e3:.0f} ms.", "#57606a")
-        finally:
-            self.recheck_button.disabled = False
-            self.progress.layout.display = "none"
+            self.status = _status(message=f"Not re-checked: {error}", error=True)
+            return
+        if action == "recheck":
+            self._inputs = text
+        if self._fallbacks is not None:
+            self.fallback = self._fallbacks(report)
+        self.show(report)
+        done = "Re-checked" if action == "recheck" else "Swept"
+        self.status = _status(message=f"{done} in {(time.perf_counter() - started) * 1e3:.0f} ms.")
 
-    def _overrides(self) -> dict:
-        """Options from the fields: eps, rtol, atol (empty: the default) and sweep_range."""
-        overrides = {}
-        for field, name in ((self.eps, "eps"), (self.rtol, "rtol"), (self.atol, "atol")):
-            overrides[name] = _positive(field.value, field.description)
-        start, stop = self.sweep_from.value.strip(), self.sweep_to.value.strip()
-        if (start, stop) != self._shown_range:  # edited: sweep there
-            low, high = _float(start, "sweep from"), _float(stop, "sweep to")
-            if not low < high:
-                raise ValueError(f"The sweep range must go up, not from {low:g} to {high:g}.")
-            overrides["sweep_range"] = (low, high)
-        elif self.report.options.get("sweep_range") is not None:  # chosen before: keep it
-            overrides["sweep_range"] = tuple(self.report.options["sweep_range"])
-        return overrides
-
-    def _say(self, message: str, colour: str) -> None:
-        self.status.value = f'<span style="color: {colour}">{escape(message)}</span>'
-
-
-def _option_field(description: str, placeholder: str) -> widgets.Text:
-    return widgets.Text(
-        description=description,
-        placeholder=placeholder,
-        style={"description_width": "initial"},
-        layout=widgets.Layout(width="16em"),
-    )
+    def _request(self, action: str, content: dict) -> tuple[str, dict]:
+        """The inputs text and option overrides a request asks for (ValueError naming a bad field)."""
+        options = self.shown.options
+        keep = {name: options.get(name) for name in ("eps", "rtol", "atol")}
+        sweep = _sweep_overrides(self.shown)
+        if action == "recheck":
+            overrides = {name: _positive(str(content.get(name, "")), label) for name, label in _FIELDS}
+            return str(content.get("inputs", "")), {**sweep, **overrides}
+        low, high = str(content.get("from", "")).strip(), str(content.get("to", "")).strip()
+        sweep = {"sweep": True, "sweep_range": None}
+        if low or high:
+            start, stop = _float(low, "from"), _float(high, "to")
+            if not start < stop:
+                raise ValueError(f"the sweep range must go up, not from {start:g} to {stop:g}")
+            sweep["sweep_range"] = (start, stop)
+        element = content.get("element")
+        if isinstance(element, dict) and isinstance(element.get("input"), str):
+            sweep["sweep_element"] = (element["input"], tuple(int(i) for i in element.get("index") or ()))
+        return self._inputs, {**keep, **sweep}
 
 
-def _muted(text: str) -> str:
-    return f'<div style="color: #57606a">{escape(text)}</div>'
+#: The option fields of the controls: (option, what the user sees).
+_FIELDS = (("eps", "step"), ("rtol", "rtol"), ("atol", "atol"))
+
+
+def _sweep_overrides(report: Report) -> dict:
+    """What keeps the sweep a re-check shows: the same element over the same range, if there is a sweep."""
+    if report.sweep is None:
+        return {}
+    sweep = report.sweep
+    return {
+        "sweep": True,
+        "sweep_range": report.options.get("sweep_range"),
+        "sweep_element": (sweep.input, tuple(sweep.index)),
+    }
+
+
+def _status(running: bool = False, fraction: float = 0.0, message: str = "", error: bool = False) -> dict:
+    return {"running": running, "fraction": float(fraction), "message": message, "error": error}
+
+
+def _text(value) -> str:
+    return "" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _float(text: str, what: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise ValueError(f"{what} must be a number, not {text!r}.") from None
+        raise ValueError(f"{what} must be a number, not {text!r}") from None
 
 
 def _positive(text: str, what: str) -> float | None:
@@ -226,19 +184,5 @@ def _positive(text: str, what: str) -> float | None:
         return None
     value = _float(text.strip(), what)
     if not value > 0:
-        raise ValueError(f"{what} must be positive, not {text!r}.")
+        raise ValueError(f"{what} must be positive, not {text!r}")
     return value
-
-
-def close_tree(widget: widgets.Widget, seen: set[int] | None = None) -> None:
-    """Close `widget` and every widget it holds (children, layout, style): `Widget.close` closes only its own."""
-    seen = set() if seen is None else seen
-    if id(widget) in seen:
-        return
-    seen.add(id(widget))
-    for name in widget.keys:
-        value = getattr(widget, name, None)
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(item, widgets.Widget):
-                close_tree(item, seen)
-    widgets.Widget.close(widget)

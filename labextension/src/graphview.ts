@@ -122,6 +122,52 @@ function boxExit(ux: number, uy: number, halfWidth: number): number {
 }
 
 /**
+ * An edge through `points` (its source's centre, the layout's bend points, its target's centre), as an SVG path:
+ * from the source's box to the target's, rounded at the bends; and the middle of its longest segment (for a label).
+ */
+export function edgePath(points: IPoint[], sourceHalf: number, targetHalf: number): { d: string; middle: IPoint } {
+  const unit = (from: IPoint, to: IPoint): IPoint => {
+    const length = Math.hypot(to.x - from.x, to.y - from.y) || 1;
+    return { x: (to.x - from.x) / length, y: (to.y - from.y) / length };
+  };
+  const first = unit(points[0], points[1]);
+  const last = unit(points[points.length - 2], points[points.length - 1]);
+  const start = boxExit(first.x, first.y, sourceHalf);
+  const end = boxExit(last.x, last.y, targetHalf);
+  const ends = [...points];
+  ends[0] = { x: points[0].x + first.x * start, y: points[0].y + first.y * start };
+  const tip = points[points.length - 1];
+  ends[ends.length - 1] = { x: tip.x - last.x * end, y: tip.y - last.y * end };
+  let d = `M${ends[0].x.toFixed(1)},${ends[0].y.toFixed(1)}`;
+  for (let i = 1; i < ends.length - 1; i++) {
+    // A bend: straight to just before it, a quadratic curve round it.
+    const before = unit(ends[i], ends[i - 1]);
+    const after = unit(ends[i], ends[i + 1]);
+    const radius = Math.min(
+      14,
+      Math.hypot(ends[i].x - ends[i - 1].x, ends[i].y - ends[i - 1].y) / 2,
+      Math.hypot(ends[i + 1].x - ends[i].x, ends[i + 1].y - ends[i].y) / 2
+    );
+    d += ` L${(ends[i].x + before.x * radius).toFixed(1)},${(ends[i].y + before.y * radius).toFixed(1)}`;
+    d += ` Q${ends[i].x.toFixed(1)},${ends[i].y.toFixed(1)} ${(ends[i].x + after.x * radius).toFixed(1)},${(
+      ends[i].y +
+      after.y * radius
+    ).toFixed(1)}`;
+  }
+  d += ` L${ends[ends.length - 1].x.toFixed(1)},${ends[ends.length - 1].y.toFixed(1)}`;
+  let longest = 0;
+  let middle = ends[0];
+  for (let i = 1; i < ends.length; i++) {
+    const length = Math.hypot(ends[i].x - ends[i - 1].x, ends[i].y - ends[i - 1].y);
+    if (length > longest) {
+      longest = length;
+      middle = { x: (ends[i].x + ends[i - 1].x) / 2, y: (ends[i].y + ends[i - 1].y) / 2 };
+    }
+  }
+  return { d, middle };
+}
+
+/**
  * The interactive drawing of `graph`, as a DOM element. `graphView.nodeCount`
  * (a data attribute) and the legend say what is drawn.
  */
@@ -206,37 +252,32 @@ export function graphView(original: IGraph): HTMLElement {
     tooltip.hidden = true;
   };
 
+  const routes = new Map((original.layout.routes ?? []).map(route => [`${route.source}\u0000${route.target}`, route]));
   for (const edge of graph.edges) {
     if (!halfWidths.has(edge.source) || !halfWidths.has(edge.target)) {
       continue;
     }
-    const a = placeOf(positions.get(edge.source)!);
-    const b = placeOf(positions.get(edge.target)!);
-    const length = Math.hypot(b.x - a.x, b.y - a.y) || 1;
-    const ux = (b.x - a.x) / length;
-    const uy = (b.y - a.y) / length;
-    const start = boxExit(ux, uy, halfWidths.get(edge.source)!);
-    const end = boxExit(ux, uy, halfWidths.get(edge.target)!);
+    const bends = (routes.get(`${edge.source}\u0000${edge.target}`)?.points ?? []).map(placeOf);
+    const path = edgePath(
+      [placeOf(positions.get(edge.source)!), ...bends, placeOf(positions.get(edge.target)!)],
+      halfWidths.get(edge.source)!,
+      halfWidths.get(edge.target)!
+    );
     const group = svg('g', { class: edge.saved ? 'jp-gradmagic-edge jp-gradmagic-saved' : 'jp-gradmagic-edge' });
     group.dataset.source = edge.source;
     group.dataset.target = edge.target;
-    const points = { x1: a.x + ux * start, y1: a.y + uy * start, x2: b.x - ux * end, y2: b.y - uy * end };
-    svg('line', { ...points, class: 'jp-gradmagic-hit' }, group);
+    svg('path', { d: path.d, class: 'jp-gradmagic-hit' }, group);
     svg(
-      'line',
+      'path',
       {
-        ...points,
+        d: path.d,
         class: 'jp-gradmagic-stroke',
         'marker-end': `url(#${edge.saved ? 'jp-gradmagic-arrow-saved' : 'jp-gradmagic-arrow'})`
       },
       group
     );
     if (edge.saved && edge.bytes !== null) {
-      const text = svg(
-        'text',
-        { x: (points.x1 + points.x2) / 2, y: (points.y1 + points.y2) / 2, class: 'jp-gradmagic-edge-label' },
-        group
-      );
+      const text = svg('text', { x: path.middle.x, y: path.middle.y, class: 'jp-gradmagic-edge-label' }, group);
       text.textContent = formatBytes(edge.bytes);
     }
     group.addEventListener('mousemove', event => showDetails(edgeDetails(edge, byId), event));

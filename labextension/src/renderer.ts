@@ -1,20 +1,22 @@
 /**
- * The MIME renderer of `application/vnd.gradmagic.report+json`.
+ * The MIME renderer of `application/vnd.gradmagic.report+json` in JupyterLab and Notebook 7.
  *
- * It draws the report from the data alone, so a notebook reopened without
- * a kernel, or in a kernel that never made its widget, still shows it. In a
- * notebook whose kernel still holds the report's widget (the bundle carries
- * both), it shows that live widget instead, with its Re-check controls.
+ * While the kernel holds the report's widget (its model id travels in the output's metadata), it shows that
+ * widget: the live view, with its controls, through the notebook's own widget manager. Otherwise (a notebook
+ * reopened without a kernel, or the report of a kernel that made no widget) it draws the same view from the
+ * data alone.
  */
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Kernel } from '@jupyterlab/services';
+import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { Panel } from '@lumino/widgets';
 
 import { View, reportView } from './reportview';
 import { MIME_TYPE, readReport } from './schema';
+import { REPORT_EVENT } from './widget';
 
 export const WIDGET_MIME_TYPE = 'application/vnd.jupyter.widget-view+json';
-/** Wins over the `text/html` (50) and `image/png` fallbacks in the same bundle. */
+/** Wins over the `text/html` (50) fallback in the same bundle. */
 export const FALLBACK_RANK = 40;
 /** In notebooks: before the widget view too (-10), which this renderer shows itself while its widget lives. */
 export const NOTEBOOK_RANK = -20;
@@ -27,25 +29,58 @@ export interface ILiveWidgets {
   createWidgetRenderer(): IRenderMime.IRenderer;
 }
 
+/** The output's metadata for the report: the view to draw, and the model id of its live widget. */
+interface IReportMetadata {
+  view?: View;
+  model_id?: string;
+}
+
+/** The id of the report's live widget, from the output's metadata (or a widget view in the same bundle). */
+export function liveModelId(model: IRenderMime.IMimeModel): string | null {
+  const metadata = (model.metadata[MIME_TYPE] ?? {}) as IReportMetadata;
+  const view = model.data[WIDGET_MIME_TYPE] as { model_id?: string } | undefined;
+  return metadata.model_id ?? view?.model_id ?? null;
+}
+
+/** The output a widget renderer reads: the view of the widget model `modelId`. */
+function widgetView(modelId: string): IRenderMime.IMimeModel {
+  return {
+    trusted: true,
+    data: { [WIDGET_MIME_TYPE]: { model_id: modelId, version_major: 2, version_minor: 1 } },
+    metadata: {},
+    setData: () => undefined
+  };
+}
+
 export class ReportRenderer extends Panel implements IRenderMime.IRenderer {
+  /** The output shown live, whose data takes the re-checked reports its widget sends up. */
+  private shown: IRenderMime.IMimeModel | null = null;
+
   constructor(
     _options: IRenderMime.IRendererOptions,
     private readonly live?: ILiveWidgets
   ) {
     super();
     this.addClass('jp-gradmagic-renderer');
+    this.node.addEventListener(REPORT_EVENT, event => {
+      const data = (event as CustomEvent<ReadonlyPartialJSONObject>).detail;
+      this.shown?.setData({ data: { ...this.shown.data, ...data }, metadata: this.shown.metadata });
+    });
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
-    const view = model.data[WIDGET_MIME_TYPE] as { model_id?: string } | undefined;
+    const modelId = liveModelId(model);
     const kernel = this.live?.kernel();
+    this.shown = null;
     this.widgets.slice().forEach(child => child.dispose());
-    if (view?.model_id && kernel && kernel.hasComm(view.model_id)) {
-      // The kernel still holds this report's widget: show it, live.
+    if (modelId && kernel && kernel.hasComm(modelId)) {
+      // The kernel still holds this report's widget: show it, live. A re-check there sends its new report up;
+      // the output's data takes it (and the static fallbacks), so the notebook saves what the user sees.
       const renderer = this.live!.createWidgetRenderer();
       this.node.replaceChildren();
       this.addWidget(renderer);
-      await renderer.renderModel(model);
+      this.shown = model;
+      await renderer.renderModel(widgetView(modelId));
       return;
     }
     const report = readReport(model.data[MIME_TYPE]);
@@ -56,7 +91,7 @@ export class ReportRenderer extends Panel implements IRenderMime.IRenderer {
       this.node.replaceChildren(message);
       return;
     }
-    const metadata = (model.metadata[MIME_TYPE] ?? {}) as { view?: View };
+    const metadata = (model.metadata[MIME_TYPE] ?? {}) as IReportMetadata;
     this.node.replaceChildren(reportView(report, metadata.view === 'graph' ? 'graph' : 'report'));
   }
 }

@@ -59,6 +59,22 @@ export interface IElementComparison {
   error: Num;
 }
 
+/**
+ * Dense Jacobians d output / d input of one (input, output) pair, row-major with the outputs as rows, kept for
+ * small sizes: through the custom gradient, by finite differences and by autodiff; `error` (schema 1.7) is the
+ * checker's own scaled error of each entry (1 is the tolerance; -1 where it judged nothing, a kink or no finite
+ * difference).
+ */
+export interface IJacobianBlock {
+  input: string;
+  output: string;
+  shape: [number, number];
+  custom: Num[];
+  numerical: Num[];
+  autodiff: Num[];
+  error?: Num[] | null;
+}
+
 export interface INumerics {
   mode: 'full' | 'projection' | 'skipped';
   dtype: string | null;
@@ -70,7 +86,7 @@ export interface INumerics {
   probes: number;
   noise_floor: Num;
   worst: IElementComparison[];
-  jacobians: unknown[];
+  jacobians: IJacobianBlock[];
   skipped_because: string | null;
 }
 
@@ -126,6 +142,18 @@ export interface IGraphLayout {
   positions: Record<string, [number, number]>;
   /** Name scopes folded into one node each (graphs of more than 200 nodes); empty when none is. */
   scopes: IGraphScope[];
+  /**
+   * Edges that would cross another node's box drawn straight (schema 1.7): the points they pass through between
+   * their ends, in layout units; an edge not listed is drawn straight.
+   */
+  routes?: IGraphRoute[];
+}
+
+/** The bend points of one drawn edge (see `IGraphLayout.routes`). */
+export interface IGraphRoute {
+  source: string;
+  target: string;
+  points: [number, number][];
 }
 
 export interface IGraph {

@@ -1,7 +1,8 @@
 /**
- * The sweep drawn in SVG, as Python's `sweep_figure` (gradmagic/render/figures.py) draws it: the output along
+ * The sweep drawn in SVG, as Python's static drawing (gradmagic/render/svg.py) draws it: the output along
  * the swept element above; below, its derivative three ways (custom gradient, finite differences wide and
- * translucent under the others, autodiff dashed) on the same x axis. Non-finite values leave gaps; finite
+ * translucent under the others, autodiff dashed) on the same x axis. Non-finite values leave gaps, shaded as
+ * bands (the output's, the custom gradient's, autodiff's) named in the legend; finite
  * differences that straddle a jump of the forward are left out of the curve and of the scale, and marked with
  * triangles on the top edge. Hovering shows the values at the nearest point. Every string goes in as text.
  */
@@ -118,6 +119,26 @@ export function linePath(xs: number[], ys: number[]): string {
   return parts.join('');
 }
 
+/**
+ * The stretches of the sweep where `series` is NaN or infinite, as [first, last] point indices: drawn as bands
+ * (a curve there has a gap, which a band makes visible).
+ */
+export function nonFiniteRuns(series: number[]): [number, number][] {
+  const runs: [number, number][] = [];
+  series.forEach((value, i) => {
+    if (Number.isFinite(value)) {
+      return;
+    }
+    const last = runs[runs.length - 1];
+    if (last && last[1] === i - 1) {
+      last[1] = i;
+    } else {
+      runs.push([i, i]);
+    }
+  });
+  return runs;
+}
+
 /** The index of the sweep point nearest to `x`. */
 export function nearestPoint(points: number[], x: number): number {
   let nearest = 0;
@@ -176,10 +197,12 @@ function yAxis(parent: Element, range: [number, number], panel: [number, number]
 }
 
 /** A legend entry: a short sample of the curve (drawn with the curve's class) and its label. */
-function legendEntry(parent: Element, className: string, label: string, marker = false): void {
+function legendEntry(parent: Element, className: string, label: string, marker = false, band = false): void {
   const entry = element('span', 'jp-gradmagic-sweep-key', undefined, parent);
   const sample = svg('svg', { width: 26, height: 10, viewBox: '0 0 26 10' }, entry);
-  if (marker) {
+  if (band) {
+    svg('rect', { x: 1, y: 0, width: 24, height: 10, class: className }, sample);
+  } else if (marker) {
     svg('path', { d: JUMP_MARKER, transform: 'translate(13 6)', class: className }, sample);
   } else {
     svg('line', { x1: 1, x2: 25, y1: 5, y2: 5, class: className }, sample);
@@ -214,6 +237,18 @@ export function sweepView(sweep: ISweep, surrogate: boolean): HTMLElement {
   if (sweep.kinks.length) {
     legendEntry(legend, 'jp-gradmagic-sweep-kink', 'not differentiable');
   }
+  // NaN or inf: the output in its panel; the custom gradient and autodiff in theirs (a curve's gap, made visible).
+  const bands: [string, number[], [number, number], string][] = [
+    [`${elementLabel(sweep.output, sweep.output_index)} NaN/inf`, values, VALUE_PANEL, 'output'],
+    [`${labels.custom} NaN/inf`, sweep.custom.map(toNumber), DERIVATIVE_PANEL, 'custom']
+  ];
+  if (sweep.autodiff) {
+    bands.push([`${labels.autodiff} NaN/inf`, sweep.autodiff.map(toNumber), DERIVATIVE_PANEL, 'autodiff']);
+  }
+  const shaded = bands.filter(([, series]) => nonFiniteRuns(series).length);
+  shaded.forEach(([label, , , name]) =>
+    legendEntry(legend, `jp-gradmagic-sweep-nonfinite jp-gradmagic-band-${name}`, label, false, true)
+  );
   if (offScale.some(Boolean)) {
     legendEntry(legend, 'jp-gradmagic-sweep-jump', labels.jump, true);
   }
@@ -265,6 +300,26 @@ export function sweepView(sweep: ISweep, surrogate: boolean): HTMLElement {
     x: x(toNumber(sweep.example)) + 3,
     y: DERIVATIVE_PANEL[1] - 4,
     class: 'jp-gradmagic-sweep-note'
+  });
+
+  const step = xs.length > 1 ? (xs[xs.length - 1] - xs[0]) / (xs.length - 1) : 0;
+  shaded.forEach(([label, series, [top, bottom], name]) => {
+    for (const [first, last] of nonFiniteRuns(series)) {
+      const left = Math.max(LEFT, xs[first] - step / 2);
+      const right = Math.min(WIDTH - RIGHT, xs[last] + step / 2);
+      const band = svg(
+        'rect',
+        {
+          x: left,
+          y: top,
+          width: Math.max(1, right - left),
+          height: bottom - top,
+          class: `jp-gradmagic-sweep-nonfinite jp-gradmagic-band-${name}`
+        },
+        chart
+      );
+      svg('title', {}, band).textContent = label;
+    }
   });
 
   const valueY = linear(valueRange, [VALUE_PANEL[1], VALUE_PANEL[0]]);

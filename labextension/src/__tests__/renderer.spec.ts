@@ -1,16 +1,31 @@
 /**
- * The renderer on reports made by the real Python checker: tests/test_labextension.py writes them as JSON into
- * the folder GRADMAGIC_REPORT_FIXTURES names, then runs these tests, so the two sides cannot drift apart.
+ * The view on reports made by the real Python checker: tests/test_labextension.py writes them as JSON into the
+ * folder GRADMAGIC_REPORT_FIXTURES names, with what the Python renderers say of each, then runs these tests, so the
+ * live view, the saved view and the static HTML cannot drift apart.
  */
 import * as fs from 'fs';
 import * as path from 'path';
 
-import { NO_LAYOUT, edgeDetails, foldedGraph, graphView, nodeDetails, placeOf } from '../graphview';
-import { ReportRenderer, reportRendererFactory } from '../renderer';
-import { VERDICT_WORDS, reportView, surrogateLine } from '../reportview';
-import { IGraph, IReport, MIME_TYPE, NodeRole, formatShape, readReport, toNumber } from '../schema';
-import { jumps, nearestPoint, niceTicks, sweepDetails } from '../sweepview';
 import { TEMPLATE, isCustomGradientCell, loadsGradmagic } from '../cells';
+import { NO_LAYOUT, edgeDetails, edgePath, foldedGraph, graphView, nodeDetails, placeOf } from '../graphview';
+import { cellDetails, errorColour, heatmapBlocks, valueColour } from '../heatmapview';
+import { ILive, ViewState } from '../live';
+import { ReportRenderer, liveModelId, reportRendererFactory } from '../renderer';
+import {
+  VERDICT_WORDS,
+  headline,
+  keyFigures,
+  noGraphReason,
+  noSweepReason,
+  numericsSummary,
+  reportView,
+  shownElements,
+  surrogateLine,
+  sweepSummary
+} from '../reportview';
+import { IGraph, IReport, MIME_TYPE, NodeRole, formatShape, readReport, toNumber } from '../schema';
+import { jumps, nearestPoint, niceTicks, nonFiniteRuns, sweepDetails } from '../sweepview';
+import { IWidgetModel, REPORT_EVENT, render } from '../widget';
 
 const folder = process.env.GRADMAGIC_REPORT_FIXTURES;
 if (!folder) {
@@ -26,14 +41,19 @@ const fixtures: Record<string, IReport> = Object.fromEntries(
     .map(name => [path.basename(name, '.json'), JSON.parse(fs.readFileSync(path.join(folder, name), 'utf8'))])
 );
 const names = Object.keys(fixtures);
-/**
- * What the Python renderers show of each fixture: the surrogate line, the sweep points marked at a jump, the
- * graph's drawn nodes ([id, label, count]) and edges ([source, target, saved]), name scopes folded.
- */
+/** What the Python renderers show of each fixture (tests/test_labextension.py): the view must say the same. */
 const python: Record<
   string,
   {
     surrogate_line: string | null;
+    headline: string;
+    key_figures: string;
+    numerics_summary: string;
+    no_sweep_reason: [string, string] | null;
+    no_graph_reason: string | null;
+    sweep_summary: string | null;
+    shown_elements: [string, number[]][];
+    heatmaps: [string, string][];
     jumps: number[] | null;
     drawn: { nodes: [string, string, number][]; edges: [string, string, boolean][] } | null;
   }
@@ -59,67 +79,104 @@ test('the Python suite wrote the fixtures these tests expect', () => {
     'keras_backends',
     'log1pexp',
     'projection',
+    'scaled_square',
     'scoped_graph',
     'straight_through',
     'unreduced_bias'
   ]);
 });
 
-test('a Keras report names its backend and shows the verdict on each backend', () => {
+test('a Keras report names each backend in its headline, never a bare verdict over backends not all passing', () => {
   const report = fixtures.keras_backends;
   const view = reportView(report);
-  expect(view.querySelector('.jp-gradmagic-header .jp-gradmagic-muted')!.textContent).toMatch(
-    /^Keras 3 on TensorFlow \(keras [\d.]+, tensorflow [\d.]+\), eager; checked in/
-  );
-  expect(view.querySelector('.jp-gradmagic-backend-line')!.textContent).toBe(
-    'backends: TensorFlow ✓ · JAX ✓ · PyTorch ✗'
-  );
+  expect(view.querySelector('.jp-gradmagic-headline')!.textContent).toBe('fails on PyTorch; passes on TensorFlow, JAX');
   const rows = Array.from(view.querySelectorAll('.jp-gradmagic-backends-table tbody tr')) as HTMLTableRowElement[];
   expect(rows.map(row => row.dataset.backend)).toEqual(['tensorflow', 'jax', 'torch']);
   const cells = rows.map(row => Array.from(row.cells).map(cell => cell.textContent));
   expect(cells[0].slice(0, 3)).toEqual(['TensorFlow (this kernel)', 'passes', 'no problem']);
-  expect(cells[1].slice(0, 3)).toEqual(['JAX', 'passes', 'no problem']);
   expect(cells[2].slice(0, 3)).toEqual(['PyTorch', 'fails', 'backend-signature']);
-  expect(cells[2][3]).toMatch(/^keras [\d.]+, torch /);
   expect(rows[2].cells[1].className).toBe('jp-gradmagic-fail');
-  const first = view.querySelector('.jp-gradmagic-all-problems .jp-gradmagic-problem')!;
+  const first = view.querySelector('.jp-gradmagic-problems .jp-gradmagic-problem')!;
   expect(first.querySelector('.jp-gradmagic-code')!.textContent).toBe('backend-fails');
   expect(first.querySelector('.jp-gradmagic-message')!.textContent).toContain('def grad(*args, upstream=None):');
+  const unchecked = {
+    ...report,
+    verdict: 'pass' as const,
+    backends: report.backends!.map(result =>
+      result.backend === 'tensorflow' ? result : { ...result, verdict: 'unavailable' as const }
+    )
+  };
+  expect(headline(unchecked)).toBe('passes on TensorFlow; not checked on JAX, PyTorch');
 });
 
 describe.each(names)('report %s', name => {
   const report = fixtures[name];
+  const said = python[name];
 
   test('is readable with this schema version', () => {
     expect(readReport(report)).toBe(report);
   });
 
-  test('shows its verdict, its problems and one shapes row per tensor', () => {
-    const view = reportView(report);
-    expect(view.querySelector('.jp-gradmagic-verdict')!.textContent).toBe(VERDICT_WORDS[report.verdict]);
-    expect(view.querySelector('.jp-gradmagic-signature')!.textContent).toBe(report.op.name + report.op.signature);
-    const codes = Array.from(view.querySelectorAll('.jp-gradmagic-all-problems .jp-gradmagic-code')).map(
-      code => code.textContent
+  test('says what the Python renderers say: headline, key figures, why a section is empty', () => {
+    expect(headline(report)).toBe(said.headline);
+    expect(keyFigures(report)).toBe(said.key_figures);
+    expect(numericsSummary(report)).toBe(said.numerics_summary);
+    expect(report.sweep ? null : [noSweepReason(report, false), noSweepReason(report, true)]).toEqual(
+      said.no_sweep_reason
     );
-    expect(codes).toEqual(report.problems.map(problem => problem.code));
+    expect(report.graph ? null : noGraphReason(report)).toBe(said.no_graph_reason);
+    expect(report.sweep ? sweepSummary(report.sweep) : null).toBe(said.sweep_summary);
+    expect(shownElements(report.numerics).map(e => [e.input, e.index])).toEqual(said.shown_elements);
+    expect(heatmapBlocks(report.numerics).map(b => [b.input, b.output])).toEqual(said.heatmaps);
+  });
+
+  test('shows its verdict and key figures in one line, then each error and warning once', () => {
+    const view = reportView(report);
+    const head = view.querySelector('.jp-gradmagic-head')!;
+    expect(head.querySelector('.jp-gradmagic-badge')!.textContent).toBe(VERDICT_WORDS[report.verdict]);
+    expect(head.querySelector('.jp-gradmagic-signature')!.textContent).toBe(report.op.name + report.op.signature);
+    expect(head.querySelector('.jp-gradmagic-figures')!.textContent).toBe(said.key_figures);
+    const listed = Array.from(view.querySelectorAll(':scope > .jp-gradmagic-problems > .jp-gradmagic-problem'));
+    const shown = report.problems.filter(problem => problem.severity !== 'info');
+    expect(listed.map(item => (item as HTMLElement).dataset.code)).toEqual(shown.map(problem => problem.code));
+    const notes = Array.from(view.querySelectorAll('.jp-gradmagic-notes-list .jp-gradmagic-problem'));
+    expect(notes.length).toBe(report.problems.length - shown.length);
+    const everywhere = Array.from(view.querySelectorAll('.jp-gradmagic-problem')).map(p => (p as HTMLElement).dataset.code);
+    expect(everywhere.length).toBe(report.problems.length); // each problem once
+  });
+
+  test('folds the details of a passing op and opens the evidence of a failing one', () => {
+    const view = reportView(report);
+    const details = view.querySelector(':scope > .jp-gradmagic-details') as HTMLDetailsElement | null;
+    const passing = report.verdict === 'pass' || report.verdict === 'surrogate';
+    expect(details !== null).toBe(passing);
+    if (details) {
+      expect(details.open).toBe(false);
+    }
+    const numerics = view.querySelector('.jp-gradmagic-numerics') as HTMLDetailsElement;
+    expect(numerics.open).toBe(report.problems.some(problem => problem.code === 'fd-mismatch'));
+  });
+
+  test('has one shapes row per tensor and lists the elements Python lists', () => {
+    const view = reportView(report);
     const rows = view.querySelectorAll('.jp-gradmagic-shapes-table tbody tr');
     expect(rows.length).toBe(report.tensors.length);
     report.tensors.forEach((tensor, i) => {
       const cells = Array.from(rows[i].querySelectorAll('td')).map(cell => cell.textContent);
-      expect(cells[0]).toBe(tensor.role);
-      expect(cells[1]).toBe(tensor.name);
-      const shape = tensor.shape && (tensor.shape.length ? formatShape(tensor.shape) : '[]');
-      expect(cells[2]).toBe(tensor.shape ? `${tensor.dtype}${shape}` : 'None');
+      expect(cells.slice(0, 2)).toEqual([tensor.role, tensor.name]);
+      expect(cells[2]).toBe(tensor.shape ? `${tensor.dtype} ${formatShape(tensor.shape)}` : 'None');
       expect(rows[i].classList.contains('jp-gradmagic-mismatch')).toBe(!tensor.matches);
     });
-    expect(view.querySelectorAll('.jp-gradmagic-worst-table tbody tr').length).toBe(report.numerics.worst.length);
+    expect(view.querySelectorAll('.jp-gradmagic-worst-table tbody tr').length).toBe(said.shown_elements.length);
   });
 
   test('says what the Python renderers say of a surrogate gradient, and draws its sweep, when it has them', () => {
     const view = reportView(report);
-    expect(view.querySelector('.jp-gradmagic-surrogate-line')?.textContent ?? null).toBe(python[name].surrogate_line);
+    expect(view.querySelector('.jp-gradmagic-surrogate-line')?.textContent ?? null).toBe(said.surrogate_line);
     expect(surrogateLine(report) === null).toBe(!report.surrogate);
     expect(view.querySelector('.jp-gradmagic-sweep-section .jp-gradmagic-sweep-svg') === null).toBe(!report.sweep);
+    const why = view.querySelector('.jp-gradmagic-sweep-section .jp-gradmagic-why');
+    expect(why?.textContent ?? null).toBe(said.no_sweep_reason?.[0] ?? null);
   });
 
   test('marks finite differences at a jump where the Python figure does', () => {
@@ -140,6 +197,9 @@ describe.each(names)('report %s', name => {
     if (!report.graph) {
       expect(drawn).toBeNull();
       expect(python[name].drawn).toBeNull();
+      expect(view.querySelector('.jp-gradmagic-graph-section .jp-gradmagic-why')!.textContent).toBe(
+        said.no_graph_reason
+      );
       return;
     }
     const { nodes, edges } = python[name].drawn!;
@@ -274,7 +334,7 @@ test('the renderer shows the graph alone when the output asks for the graph view
   const data = fixtures.log1pexp as any;
   await renderer.renderModel({ data: { [MIME_TYPE]: data }, metadata: { [MIME_TYPE]: { view: 'graph' } } } as any);
   expect(renderer.node.querySelector('.jp-gradmagic-graph')).not.toBeNull();
-  expect(renderer.node.querySelector('.jp-gradmagic-verdict')).toBeNull();
+  expect(renderer.node.querySelector('.jp-gradmagic-badge')).toBeNull();
 });
 
 test('the renderer outranks the text/html fallback, and in notebooks the widget view too', () => {
@@ -307,20 +367,20 @@ describe('a declared straight-through estimator (round forward, gradient passed 
 
   test('reads "surrogate gradient (declared)" in the surrogate colour, and says which surrogate it is', () => {
     expect(report.verdict).toBe('surrogate');
-    const verdict = view.querySelector('.jp-gradmagic-verdict')!;
-    expect(verdict.textContent).toBe('surrogate gradient (declared)');
-    expect(verdict.className).toBe('jp-gradmagic-verdict jp-gradmagic-surrogate');
+    const badge = view.querySelector('.jp-gradmagic-badge')!;
+    expect(badge.textContent).toBe('surrogate gradient (declared)');
+    expect(badge.className).toBe('jp-gradmagic-badge jp-gradmagic-surrogate');
     expect(report.surrogate!.reason).toContain('round');
-    expect(view.querySelector('.jp-gradmagic-header .jp-gradmagic-surrogate-line')!.textContent).toBe(
+    expect(view.querySelector(':scope > .jp-gradmagic-surrogate-line')!.textContent).toBe(
       `Declared surrogate gradient (straight-through estimator): ${report.surrogate!.reason}.`
     );
     const codes = report.problems.map(problem => `${problem.severity} ${problem.code}`);
     expect(codes).toEqual(['info surrogate-differs']);
   });
 
-  test('has a Sweep section between Finite differences and the gradient graph, as the HTML fallback', () => {
+  test('folds its sections under Details in the order of the HTML fallback: the sweep before the graph', () => {
     const titles = Array.from(view.querySelectorAll('.jp-gradmagic-section > summary')).map(title => title.textContent);
-    expect(titles).toEqual(['Problems (1)', 'Shapes', 'Finite differences', 'Sweep', 'Gradient graph']);
+    expect(titles).toEqual(['Details', 'Finite differences', 'Jacobians', 'Shapes', 'Sweep', 'Gradient graph', 'Notes (1)']);
     const [i] = report.sweep!.index;
     expect(view.querySelector('.jp-gradmagic-sweep-section .jp-gradmagic-muted')!.textContent).toBe(
       `output[${i}] and its derivative along x[${i}] (the op is element-wise in it) from -2.5 to 2.5, 201 points; ` +
@@ -386,8 +446,8 @@ describe('a declared straight-through estimator (round forward, gradient passed 
 test('an undeclared gradient reversal fails, and the header says it looks like an intended surrogate', () => {
   const report = fixtures.gradient_reversal;
   const view = reportView(report);
-  expect(view.querySelector('.jp-gradmagic-verdict')!.textContent).toBe('fails');
-  expect(view.querySelector('.jp-gradmagic-header .jp-gradmagic-surrogate-line')!.textContent).toBe(
+  expect(view.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails');
+  expect(view.querySelector(':scope > .jp-gradmagic-surrogate-line')!.textContent).toBe(
     `Looks like an intended surrogate (gradient reversal): ${report.surrogate!.reason}. ` +
       'Declare it with --surrogate if so.'
   );
@@ -407,4 +467,248 @@ test('axis ticks are a few round numbers inside the range', () => {
   expect(niceTicks(-2.7, 2.4, 7)).toEqual([-2, -1, 0, 1, 2]);
   expect(niceTicks(-0.05, 1.05, 5)).toEqual([0, 0.25, 0.5, 0.75, 1]);
   expect(niceTicks(0.001, 0.0042, 4)).toEqual([0.001, 0.002, 0.003, 0.004]);
+});
+
+describe('Jacobian heatmaps where they help', () => {
+  const report = fixtures.scaled_square;
+
+  test('draw a 4 x 4 block with its error: red where beyond the tolerance, grey within it whatever its size', () => {
+    const blocks = heatmapBlocks(report.numerics);
+    expect(blocks.map(block => block.shape)).toEqual([[4, 4]]);
+    const view = reportView(report);
+    const section = view.querySelector('.jp-gradmagic-jacobians') as HTMLDetailsElement;
+    expect(section.open).toBe(true); // failing: open
+    const matrices = Array.from(section.querySelectorAll('.jp-gradmagic-heatmap')).map(
+      group => (group as SVGGElement).dataset.matrix
+    );
+    expect(matrices).toEqual(['custom gradient', 'finite differences', 'autodiff', 'error ÷ tolerance']);
+    const errors = Array.from(section.querySelectorAll('.jp-gradmagic-heatmap-error rect')).map(rect =>
+      rect.getAttribute('fill')
+    );
+    const diagonal = [0, 5, 10, 15];
+    expect(errors.filter((_, k) => diagonal.includes(k)).every(fill => fill !== '#eef0f2')).toBe(true);
+    expect(errors.filter((_, k) => !diagonal.includes(k)).every(fill => fill === '#eef0f2')).toBe(true);
+    const legend = Array.from(section.querySelectorAll('.jp-gradmagic-key-entry')).map(entry => entry.textContent);
+    expect(legend).toContain('NaN or inf');
+    expect(legend).toContain('error within tolerance');
+  });
+
+  test('colour noise within the tolerance like an exact match, and NaN as a hatch', () => {
+    expect(errorColour(2e-12)).toBe(errorColour(0.9));
+    expect(errorColour(1.5)).not.toBe(errorColour(0.9));
+    expect(errorColour(-1)).toBeNull(); // not judged: dotted
+    expect(valueColour(NaN, 1)).toBeNull(); // hatched
+    expect(valueColour(0, 1)).toBe('rgb(255,255,255)');
+    const block = report.numerics.jacobians[0];
+    expect(cellDetails(block, 1, 1).split('\n')).toEqual([
+      'd output[1] / d x[1]',
+      'custom 4.2',
+      'finite differences 4',
+      'autodiff 4',
+      expect.stringMatching(/^error \d+ of tolerance$/)
+    ]);
+  });
+
+  test('are left out for the small blocks of a passing op', () => {
+    expect(heatmapBlocks(fixtures.log1pexp.numerics)).toEqual([]);
+    expect(reportView(fixtures.log1pexp).querySelector('.jp-gradmagic-heatmaps')).toBeNull();
+  });
+});
+
+test('non-finite stretches of a sweep are bands named in the legend', () => {
+  expect(nonFiniteRuns([1, NaN, NaN, 2, Infinity, 3])).toEqual([
+    [1, 2],
+    [4, 4]
+  ]);
+  const view = reportView(fixtures.log1pexp); // autodiff overflows in float32 towards x = 100
+  const bands = view.querySelectorAll('.jp-gradmagic-sweep-svg .jp-gradmagic-sweep-nonfinite');
+  expect(bands.length).toBeGreaterThan(0);
+  const legend = Array.from(view.querySelectorAll('.jp-gradmagic-sweep-key')).map(key => key.textContent);
+  expect(legend.some(label => label!.endsWith('NaN/inf'))).toBe(true);
+});
+
+test('an edge with bend points is drawn through them, rounded, from box to box', () => {
+  const { d } = edgePath(
+    [
+      { x: 0, y: 0 },
+      { x: 75, y: 27 },
+      { x: 375, y: 27 },
+      { x: 450, y: 0 }
+    ],
+    40,
+    40
+  );
+  expect(d.startsWith('M')).toBe(true);
+  expect(d.match(/Q/g)!.length).toBe(2);
+  const routes = fixtures.log1pexp.graph!.layout!.routes ?? [];
+  const view = graphView(fixtures.log1pexp.graph!);
+  for (const route of routes) {
+    const edge = view.querySelector(`.jp-gradmagic-edge[data-source="${route.source}"][data-target="${route.target}"]`)!;
+    expect(edge.querySelector('.jp-gradmagic-stroke')!.getAttribute('d')).toContain('Q');
+  }
+});
+
+/** A live report over plain data, recording what the view asks the kernel. */
+function liveReport(overrides: Partial<ILive> = {}): { live: ILive; asked: unknown[] } {
+  const asked: unknown[] = [];
+  const live: ILive = {
+    controls: {
+      inputs: 'x=tf.constant([1., 2.])',
+      eps: '',
+      rtol: '',
+      atol: '',
+      sweepFrom: '',
+      sweepTo: '',
+      available: true,
+      reason: ''
+    },
+    status: { running: false, fraction: 0, message: '', error: false },
+    recheck: request => asked.push({ recheck: request }),
+    sweep: request => asked.push({ sweep: request }),
+    ...overrides
+  };
+  return { live, asked };
+}
+
+describe('the live view', () => {
+  test('re-checks at the inputs and options typed, on the button or Enter', () => {
+    const { live, asked } = liveReport();
+    const view = reportView(fixtures.log1pexp, 'report', live, new ViewState());
+    const field = (name: string): HTMLInputElement => view.querySelector(`input[name="${name}"]`)!;
+    expect(field('inputs').value).toBe('x=tf.constant([1., 2.])');
+    field('inputs').value = 'x=tf.constant([-1., 2.])';
+    field('rtol').value = '1e-3';
+    (view.querySelector('.jp-gradmagic-recheck') as HTMLButtonElement).click();
+    expect(asked).toEqual([{ recheck: { inputs: 'x=tf.constant([-1., 2.])', eps: '', rtol: '1e-3', atol: '' } }]);
+    field('eps').dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter' }));
+    expect(asked.length).toBe(2);
+  });
+
+  test('sweeps the element shown, over the range typed', () => {
+    const { live, asked } = liveReport();
+    const report = fixtures.straight_through;
+    const view = reportView(report, 'report', live, new ViewState());
+    (view.querySelector('input[name="sweep-from"]') as HTMLInputElement).value = '-3';
+    (view.querySelector('input[name="sweep-to"]') as HTMLInputElement).value = '3';
+    (view.querySelector('.jp-gradmagic-sweep-button') as HTMLButtonElement).click();
+    expect(asked).toEqual([
+      { sweep: { from: '-3', to: '3', element: { input: report.sweep!.input, index: report.sweep!.index } } }
+    ]);
+    const unswept = reportView(fixtures.scaled_square, 'report', live, new ViewState());
+    expect(unswept.querySelector('.jp-gradmagic-sweep-section .jp-gradmagic-why')!.textContent).toBe(
+      python.scaled_square.no_sweep_reason![1]
+    );
+    expect(unswept.querySelector('.jp-gradmagic-sweep-button')!.textContent).toBe('Sweep');
+  });
+
+  test('shows the kernel at work, its controls off meanwhile, and the outcome or the error after', () => {
+    const running = liveReport({ status: { running: true, fraction: 0.45, message: 'finite differences', error: false } });
+    const view = reportView(fixtures.log1pexp, 'report', running.live);
+    expect((view.querySelector('.jp-gradmagic-status progress') as HTMLProgressElement).value).toBeCloseTo(0.45);
+    expect(view.querySelector('.jp-gradmagic-status')!.textContent).toBe('finite differences');
+    expect((view.querySelector('.jp-gradmagic-recheck') as HTMLButtonElement).disabled).toBe(true);
+    const failed = liveReport({ status: { running: false, fraction: 0, message: 'Not re-checked: NameError', error: true } });
+    const status = reportView(fixtures.log1pexp, 'report', failed.live).querySelector('.jp-gradmagic-status')!;
+    expect(status.classList.contains('jp-gradmagic-error')).toBe(true);
+    expect(status.textContent).toBe('Not re-checked: NameError');
+  });
+
+  test('says why its controls are off when the kernel lost the op', () => {
+    const { live } = liveReport();
+    live.controls = { ...live.controls, available: false, reason: 'This report has no op to re-check: run its cell again.' };
+    const view = reportView(fixtures.log1pexp, 'report', live);
+    expect((view.querySelector('.jp-gradmagic-recheck') as HTMLButtonElement).disabled).toBe(true);
+    expect(view.querySelector('.jp-gradmagic-status')!.textContent).toContain('run its cell again');
+  });
+
+  test('keeps what the user opened and typed across a redraw', () => {
+    const { live } = liveReport();
+    const state = new ViewState();
+    const first = reportView(fixtures.scaled_square, 'report', live, state);
+    const shapes = first.querySelector('.jp-gradmagic-shapes') as HTMLDetailsElement;
+    shapes.open = !shapes.open;
+    shapes.dispatchEvent(new Event('toggle'));
+    const inputs = first.querySelector('input[name="inputs"]') as HTMLInputElement;
+    inputs.value = 'x=tf.ones([4])';
+    inputs.dispatchEvent(new Event('input'));
+    const again = reportView(fixtures.scaled_square, 'report', live, state);
+    expect((again.querySelector('.jp-gradmagic-shapes') as HTMLDetailsElement).open).toBe(shapes.open);
+    expect((again.querySelector('input[name="inputs"]') as HTMLInputElement).value).toBe('x=tf.ones([4])');
+  });
+});
+
+/** anywidget's model API over plain values: the view's side of the widget, without a kernel. */
+class FakeModel implements IWidgetModel {
+  readonly sent: Record<string, unknown>[] = [];
+  private readonly listeners = new Map<string, Set<() => void>>();
+  constructor(private readonly values: Record<string, unknown>) {}
+  get(name: string): unknown {
+    return this.values[name];
+  }
+  set(name: string, value: unknown): void {
+    this.values[name] = value;
+    this.listeners.get(`change:${name}`)?.forEach(callback => callback());
+  }
+  on(event: string, callback: () => void): void {
+    this.listeners.set(event, (this.listeners.get(event) ?? new Set()).add(callback));
+  }
+  off(event: string, callback: () => void): void {
+    this.listeners.get(event)?.delete(callback);
+  }
+  send(content: Record<string, unknown>): void {
+    this.sent.push(content);
+  }
+}
+
+test('the widget view draws the model, sends requests, redraws and announces a re-checked report', () => {
+  const { live } = liveReport();
+  const model = new FakeModel({
+    report: fixtures.log1pexp,
+    view: 'report',
+    controls: live.controls,
+    status: live.status,
+    fallback: {}
+  });
+  const el = document.createElement('div');
+  const announced: unknown[] = [];
+  el.addEventListener(REPORT_EVENT, event => announced.push((event as CustomEvent).detail));
+  const cleanup = render({ model, el });
+  expect(el.querySelector('.jp-gradmagic-badge')!.textContent).toBe('passes with warnings');
+  (el.querySelector('.jp-gradmagic-recheck') as HTMLButtonElement).click();
+  expect(model.sent).toEqual([{ action: 'recheck', inputs: 'x=tf.constant([1., 2.])', eps: '', rtol: '', atol: '' }]);
+  model.set('fallback', { 'text/html': '<div>new</div>', 'text/plain': 'new' });
+  model.set('report', fixtures.scaled_square);
+  expect(el.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails');
+  expect(announced).toEqual([{ [MIME_TYPE]: fixtures.scaled_square, 'text/html': '<div>new</div>', 'text/plain': 'new' }]);
+  cleanup();
+  model.set('report', fixtures.log1pexp);
+  expect(el.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails'); // no longer listening
+});
+
+test('the renderer finds the live widget in the output metadata and saves a re-checked report in the output', async () => {
+  const metadata = { [MIME_TYPE]: { model_id: 'abc' } };
+  expect(liveModelId({ data: {}, metadata } as any)).toBe('abc');
+  expect(liveModelId({ data: { 'application/vnd.jupyter.widget-view+json': { model_id: 'def' } }, metadata: {} } as any)).toBe(
+    'def'
+  );
+  let saved: any = null;
+  const widget = new ReportRenderer({} as any);
+  const live = {
+    kernel: () => ({ hasComm: (id: string) => id === 'abc' }) as any,
+    createWidgetRenderer: () => widget
+  };
+  const renderer = new ReportRenderer({} as any, live);
+  const output = {
+    data: { [MIME_TYPE]: fixtures.log1pexp, 'text/html': 'old' },
+    metadata,
+    setData: (options: any) => (saved = options)
+  };
+  await renderer.renderModel(output as any);
+  expect(renderer.widgets[0]).toBe(widget); // the live widget's renderer, given the model id
+  renderer.node.firstElementChild!.dispatchEvent(
+    new CustomEvent(REPORT_EVENT, { bubbles: true, detail: { [MIME_TYPE]: fixtures.scaled_square, 'text/html': 'new' } })
+  );
+  expect(saved.data[MIME_TYPE]).toBe(fixtures.scaled_square);
+  expect(saved.data['text/html']).toBe('new');
+  expect(saved.metadata).toBe(metadata);
 });

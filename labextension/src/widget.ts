@@ -1,0 +1,76 @@
+/**
+ * The report's live view in the kernel's widget (anywidget): this module is bundled on its own
+ * (`gradmagic/static/widget.js`) and travels inside the widget's model, so JupyterLab, Notebook 7 and VS Code
+ * draw it with nothing to build or enable. It draws the same view as the JupyterLab extension
+ * (`reportview.ts`), with the controls; a request (check again, sweep) goes to the kernel as a message, and the
+ * kernel answers by setting the model's `report`, `status` and `controls`.
+ */
+import { ILive, ILiveControls, ILiveStatus, IRecheckRequest, ISweepRequest, ViewState } from './live';
+import { View, reportView } from './reportview';
+import { MIME_TYPE, readReport } from './schema';
+
+/**
+ * The DOM event a live view sends up when the kernel re-checked its report: `detail` is the output's new data
+ * (the report and its static fallbacks), which the JupyterLab extension saves in the notebook.
+ */
+export const REPORT_EVENT = 'gradmagic-report';
+
+/** The part of anywidget's model this view uses. */
+export interface IWidgetModel {
+  get(name: string): unknown;
+  on(event: string, callback: () => void): void;
+  off(event: string, callback: () => void): void;
+  send(content: Record<string, unknown>): void;
+}
+
+const NO_STATUS: ILiveStatus = { running: false, fraction: 0, message: '', error: false };
+
+/** The live side of the view over the model: its controls and status, and requests sent as messages. */
+export function liveOf(model: IWidgetModel): ILive {
+  return {
+    controls: model.get('controls') as ILiveControls,
+    status: (model.get('status') as ILiveStatus | null) ?? NO_STATUS,
+    recheck: (request: IRecheckRequest) => model.send({ action: 'recheck', ...request }),
+    sweep: (request: ISweepRequest) => model.send({ action: 'sweep', ...request })
+  };
+}
+
+/** What each model's views keep of the user's changes (a new view of the same model, after a redraw, keeps them). */
+const states = new WeakMap<IWidgetModel, ViewState>();
+
+/** Draw the model's report into `el`, and again whenever the kernel changes it; returns the clean-up. */
+export function render({ model, el }: { model: IWidgetModel; el: HTMLElement }): () => void {
+  const state = states.get(model) ?? new ViewState();
+  states.set(model, state);
+  el.classList.add('jp-gradmagic-widget');
+  const draw = (): void => {
+    const report = readReport(model.get('report'));
+    if (report instanceof Error) {
+      const message = document.createElement('div');
+      message.className = 'jp-gradmagic-error';
+      message.textContent = report.message;
+      el.replaceChildren(message);
+      return;
+    }
+    el.replaceChildren(reportView(report, (model.get('view') as View) ?? 'report', liveOf(model), state));
+  };
+  draw();
+  // A re-checked report: tell whoever shows this widget (the JupyterLab extension saves it in the output).
+  const announce = (): void => {
+    const fallback = (model.get('fallback') as Record<string, string> | null) ?? {};
+    if (Object.keys(fallback).length) {
+      el.dispatchEvent(
+        new CustomEvent(REPORT_EVENT, { bubbles: true, detail: { [MIME_TYPE]: model.get('report'), ...fallback } })
+      );
+    }
+  };
+  const events = ['change:report', 'change:status', 'change:controls'];
+  events.forEach(event => model.on(event, draw));
+  model.on('change:report', announce);
+  return () => {
+    events.forEach(event => model.off(event, draw));
+    model.off('change:report', announce);
+  };
+}
+
+export default { render };
