@@ -36,9 +36,10 @@ def free_port() -> int:
 
 
 class JupyterLab:
-    """`jupyter lab` serving `root`, its state under `state`; with `kernels=False` it offers no kernel."""
+    """`jupyter lab` serving `root`, its state under `state`; with `kernels=False` it offers no kernel; with
+    `save_widget_state`, notebooks are saved with their widgets' state (JupyterLab's setting, off by default)."""
 
-    def __init__(self, root: Path, state: Path, kernels: bool = True):
+    def __init__(self, root: Path, state: Path, kernels: bool = True, save_widget_state: bool = False):
         self.root, self.state = root, state
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -48,6 +49,10 @@ class JupyterLab:
         (settings / "notification.jupyterlab-settings").write_text(
             json.dumps({"fetchNews": "false", "checkForUpdates": False})
         )
+        if save_widget_state:
+            widgets = state / "lab-settings" / "@jupyter-widgets" / "jupyterlab-manager"
+            widgets.mkdir(parents=True, exist_ok=True)
+            (widgets / "plugin.jupyterlab-settings").write_text(json.dumps({"saveState": True}))
         env = {
             **os.environ,
             "JUPYTERLAB_SETTINGS_DIR": str(state / "lab-settings"),
@@ -112,6 +117,13 @@ class JupyterLab:
 def launch_chromium(playwright):
     """Debian's Chromium, headless (Playwright's own browser download cannot run here)."""
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+
+
+def open_in_notebook7(page, lab: JupyterLab, name: str) -> None:
+    """Open `name` in Notebook 7 (served by the same server) and wait until its kernel is idle."""
+    page.goto(f"{lab.url}/notebooks/{name}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
 
 
 def open_notebook(page, lab: JupyterLab, name: str, kernel: bool = True) -> None:

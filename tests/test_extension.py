@@ -89,6 +89,6 @@ def test_tensorflow_is_an_extra_not_a_core_dependency():
     requirements = metadata.requires("gradmagic")
     core = [r for r in requirements if "extra ==" not in r]
     assert not any(r.startswith(("tensorflow", "keras", "jax", "torch")) for r in core), core
-    assert {"ipython", "ipywidgets", "matplotlib", "numpy"} <= {r.split(">")[0].split("=")[0] for r in core}
+    assert {"anywidget", "ipython", "ipywidgets", "numpy"} <= {r.split(">")[0].split("=")[0] for r in core}
     extras = metadata.metadata("gradmagic").get_all("Provides-Extra")
     assert {"tensorflow", "tensorflow-cpu", "test"} <= set(extras)

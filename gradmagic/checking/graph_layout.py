@@ -18,6 +18,7 @@ NumPy only: no framework, no drawing library.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -53,8 +54,9 @@ def graph_layout(graph: Graph) -> GraphLayout:
 
 
 def routes(graph: Graph, placed: dict[str, tuple[float, float]]) -> tuple[GraphRoute, ...]:
-    """For each edge whose straight line would pass through another node's box: bend points in a gap between rows
-    (the nearest that is clear), so that no edge runs through a label. Others are drawn straight."""
+    """For each edge whose straight line would pass through another node's box: bend points through the gaps between
+    rows and columns (the shortest clear path of a few shapes), so that no edge runs through a label. Others are
+    drawn straight."""
     ids = list(placed)
     centres = np.array([placed[node_id] for node_id in ids], dtype=float).reshape(-1, 2)
     index = {node_id: k for k, node_id in enumerate(ids)}
@@ -66,17 +68,29 @@ def routes(graph: Graph, placed: dict[str, tuple[float, float]]) -> tuple[GraphR
         others = np.delete(centres, [index[edge.source], index[edge.target]], axis=0)
         if path_clear([start, end], others):
             continue
-        step = 0.5 if end[0] >= start[0] else -0.5  # leave the source and reach the target horizontally
-        for detour in DETOURS:
-            y = start[1] + detour
-            if abs(end[0] - start[0]) > 1:
-                bends = [(start[0] + step, y), (end[0] - step, y)]
-            else:
-                bends = [((start[0] + end[0]) / 2, y)]
+        for bends in sorted(_detours(start, end), key=lambda bends: _length([start, *bends, end])):
             if path_clear([start, *bends, end], others):
                 found.append(GraphRoute(edge.source, edge.target, tuple(bends)))
                 break
     return tuple(found)
+
+
+def _detours(start: tuple[float, float], end: tuple[float, float]) -> list[list[tuple[float, float]]]:
+    """Bend points to try: along a gap between rows (DETOURS from the source's row), then straight to the target;
+    or along that gap to the gap between columns beside the target, down it, and into the target from the side."""
+    (x0, y0), (x1, y1) = start, end
+    step = 0.5 if x1 >= x0 else -0.5  # leave the source and reach the target horizontally
+    candidates = []
+    for detour in DETOURS:
+        y = y0 + detour
+        candidates.append([(x0 + step, y), (x1 - step, y)] if abs(x1 - x0) > 1 else [((x0 + x1) / 2, y)])
+        for side in (-0.5, 0.5):
+            candidates.append([(x0 + step, y), (x1 + side, y), (x1 + side, y1)])
+    return candidates
+
+
+def _length(path: list[tuple[float, float]]) -> float:
+    return sum(math.hypot(b[0] - a[0], b[1] - a[1]) for a, b in zip(path, path[1:]))
 
 
 def path_clear(path: list[tuple[float, float]], boxes: np.ndarray) -> bool:

@@ -23,7 +23,7 @@ GRID = "#e6eaef"
 
 # -- heatmaps (heatmapview.ts) -----------------------------------------------------------------------------------
 
-CELL_MAX, CELL_MIN, MATRIX, GAP, TOP, LABEL = 28, 6, 220, 26, 30, 26
+CELL_MAX, CELL_MIN, MATRIX, GAP, TOP, LABEL, SLOT = 28, 6, 220, 26, 30, 26, 116
 HEATMAP_MIN_SIDE = 4
 HEATMAP_BLOCKS = 6
 NEGATIVE, POSITIVE, ERROR_HIGH = (140, 81, 10), (1, 102, 94), (207, 34, 46)
@@ -99,7 +99,8 @@ def heatmap_svg(block: JacobianBlock) -> str:
     if block.error is not None:
         matrices.append(("error ÷ tolerance", block.error, "error"))
     scale = block_scale(block)
-    total = len(matrices) * (width + GAP) - GAP + LABEL + 4
+    slot = max(width, SLOT)
+    total = len(matrices) * (slot + GAP) - GAP + LABEL + 4
     full_height = TOP + height + 18
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="{full_height}" '
@@ -109,7 +110,7 @@ def heatmap_svg(block: JacobianBlock) -> str:
         f'<text x="0" y="{TOP + height / 2}" font-size="10" fill="{MUTED}">out</text>',
     ]
     for k, (label, values, kind) in enumerate(matrices):
-        left = LABEL + k * (width + GAP)
+        left = LABEL + k * (slot + GAP) + (slot - width) / 2
         parts.append(
             f'<text x="{left + width / 2}" y="12" font-size="11" fill="{TEXT}" text-anchor="middle">'
             f"{escape(label)}</text>"
@@ -275,12 +276,6 @@ def sweep_svg(sweep: Sweep, surrogate: bool = False) -> str:
     xs = np.array([x(p) for p in points])
     value_range = _range(values)
     derivative_range = _range(*[series for _, series in derivatives])
-    legend_height = 22
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT + legend_height}" '
-        f'viewBox="0 -{legend_height} {WIDTH} {HEIGHT + legend_height}" style="{FONT}">',
-        f"<title>{escape(sweep_title(sweep))}</title>",
-    ]
     legend = [(labels[name], SERIES_STYLE[name], "line") for name, _ in derivatives]
     bands = [
         (f"{output} NaN/inf", values, VALUE_PANEL, "output"),
@@ -294,7 +289,13 @@ def sweep_svg(sweep: Sweep, surrogate: bool = False) -> str:
         legend.append(("not differentiable", 'stroke="#cf222e" stroke-width="1.2" stroke-dasharray="6 4"', "line"))
     if off_scale.any():
         legend.append((labels["jump"], 'fill="#1a7f37"', "marker"))
-    parts.append(_legend(legend, -legend_height + 6))
+    drawn_legend, legend_height = _legend(legend)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT + legend_height}" '
+        f'viewBox="0 -{legend_height} {WIDTH} {HEIGHT + legend_height}" style="{FONT}">',
+        f"<title>{escape(sweep_title(sweep))}</title>",
+        drawn_legend,
+    ]
     middle = (LEFT + WIDTH - RIGHT) / 2
     parts.append(text(sweep_title(sweep), middle, 18, 13, anchor="middle", fill="#1f2328"))
     parts += _y_axis(value_range, VALUE_PANEL, output)
@@ -343,18 +344,27 @@ def sweep_title(sweep: Sweep) -> str:
     return f"{output} along {element}{' (element-wise op)' if sweep.elementwise else ''}, {sweep.dtype}"
 
 
-def _legend(entries: list[tuple[str, str, str]], y: float) -> str:
-    parts, x = [], LEFT
+def _legend(entries: list[tuple[str, str, str]]) -> tuple[str, float]:
+    """The legend above the chart, wrapped into rows that fit its width; and the height it takes."""
+    parts, x, row = [], float(LEFT), 0
     for label, style, kind in entries:
+        width = 28 + 6.2 * len(label) + 14
+        if x + width > WIDTH - RIGHT and x > LEFT:
+            x, row = float(LEFT), row + 1
+        parts.append((x, row, label, style, kind))  # placed once the number of rows is known
+        x += width
+    rows = row + 1
+    drawn = []
+    for x, row, label, style, kind in parts:
+        y = -22 * (rows - row) + 6
         if kind == "band":
-            parts.append(f'<rect x="{x}" y="{y - 5}" width="24" height="10" {style}/>')
+            drawn.append(f'<rect x="{x}" y="{y - 5}" width="24" height="10" {style}/>')
         elif kind == "marker":
-            parts.append(f'<path d="{JUMP_MARKER}" {style} transform="translate({x + 12} {y + 1})"/>')
+            drawn.append(f'<path d="{JUMP_MARKER}" {style} transform="translate({x + 12} {y + 1})"/>')
         else:
-            parts.append(line(x, y, x + 24, y, style))
-        parts.append(text(label, x + 28, y + 4, 11))
-        x += 28 + 6.2 * len(label) + 14
-    return "".join(parts)
+            drawn.append(line(x, y, x + 24, y, style))
+        drawn.append(text(label, x + 28, y + 4, 11))
+    return "".join(drawn), 22.0 * rows
 
 
 def _y_axis(span: tuple[float, float], panel: tuple[float, float], label: str) -> list[str]:

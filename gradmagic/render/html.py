@@ -253,7 +253,7 @@ def _section(title: str, body: str, opened: bool, muted: bool = False) -> str:
 
 def _table(headings, rows, numeric=()) -> str:
     """A table; each row a list of cells (a cell may be (text, colour)), or (cells, mismatch)."""
-    cell_style = "padding: 3px 14px 3px 0; border-bottom: 1px solid #e6eaef; vertical-align: top"
+    cell_style = "padding: 3px 14px 3px 0; border-bottom: 1px solid #e6eaef; vertical-align: top; white-space: nowrap"
     head = "".join(
         f'<th style="padding: 3px 14px 3px 0; border-bottom: 1px solid #d1d9e0; text-align: '
         f'{"right" if k in numeric else "left"}; {MUTED}">{escape(h)}</th>'
@@ -272,8 +272,8 @@ def _table(headings, rows, numeric=()) -> str:
             line.append(f'<td style="{cell_style}; {CODE}; text-align: {align}{extra}{weight}">{escape(text)}</td>')
         body.append(f"<tr>{''.join(line)}</tr>")
     return (
-        f'<table style="border-collapse: collapse; margin: 4px 0 8px"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        '<div style="max-width: 100%; overflow-x: auto"><table style="border-collapse: collapse; margin: 4px 0 8px">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
 
 

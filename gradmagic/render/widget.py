@@ -10,6 +10,7 @@ sweep) as messages; the widget calls back into whoever made it, which checks: th
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -56,6 +57,9 @@ class ReportWidget(anywidget.AnyWidget):
     #: A re-checked report's static fallbacks: the view hands them to the JupyterLab extension, which saves them in
     #: the notebook's output with the new report (empty until a re-check: the output has the first report's).
     fallback = traitlets.Dict().tag(sync=True)
+    #: Names this widget for its views: each view the front-end makes of it (after a redraw of its output) finds
+    #: what the user opened and typed in the last one.
+    key = traitlets.Unicode().tag(sync=True)
 
     def __init__(
         self,
@@ -68,7 +72,9 @@ class ReportWidget(anywidget.AnyWidget):
         self._recheck, self._fallbacks, self._inputs, self._reason = recheck, fallbacks, inputs, reason
         self.shown = report
         # The first state goes out with the widget's model (one message), not as updates after it.
-        super().__init__(report=report.to_dict(), controls=self._controls(report), status=_status())
+        super().__init__(
+            report=report.to_dict(), controls=self._controls(report), status=_status(), key=uuid.uuid4().hex
+        )
         self.on_msg(self._on_message)
 
     def show(self, report: Report) -> None:

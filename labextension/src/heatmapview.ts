@@ -13,6 +13,8 @@ const CELL_MAX = 28;
 const CELL_MIN = 6;
 const MATRIX = 220;
 const GAP = 26;
+/** Each matrix sits in a slot at least this wide, so that its title fits over it. */
+const SLOT = 116;
 const TOP = 30;
 const LABEL = 26;
 /** A block is drawn when it is at least this large on one side, or when one of its entries fails. */
@@ -123,7 +125,8 @@ export function heatmapSvg(block: IJacobianBlock): SVGSVGElement {
   const height = rows * cell;
   const drawn = matrices(block);
   const scale = blockScale(block);
-  const total = drawn.length * (width + GAP) - GAP + LABEL;
+  const slot = Math.max(width, SLOT);
+  const total = drawn.length * (slot + GAP) - GAP + LABEL;
   const root = svg('svg', {
     class: 'jp-gradmagic-heatmap-svg',
     width: total + 4,
@@ -135,7 +138,7 @@ export function heatmapSvg(block: IJacobianBlock): SVGSVGElement {
   const fills = patterns(root);
   text(root, 'out', { x: 0, y: TOP + height / 2, class: 'jp-gradmagic-heatmap-axis' });
   drawn.forEach(([label, values, kind], k) => {
-    const left = LABEL + k * (width + GAP);
+    const left = LABEL + k * (slot + GAP) + (slot - width) / 2;
     text(root, label, { x: left + width / 2, y: 12, class: 'jp-gradmagic-heatmap-title', 'text-anchor': 'middle' });
     text(root, `in →`, { x: left + width / 2, y: 25, class: 'jp-gradmagic-heatmap-axis', 'text-anchor': 'middle' });
     const group = svg('g', { class: `jp-gradmagic-heatmap jp-gradmagic-heatmap-${kind}` }, root);

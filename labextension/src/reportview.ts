@@ -153,7 +153,8 @@ function section(parent: Element, title: string, name: string, open: boolean, st
 
 /** A table with a head row; `numeric` columns are right-aligned in tabular figures. */
 function table(parent: Element, className: string, headings: string[], rows: string[][], numeric: number[] = []) {
-  const grid = element('table', `jp-gradmagic-table ${className}`, undefined, parent);
+  const scroll = element('div', 'jp-gradmagic-scroll', undefined, parent);
+  const grid = element('table', `jp-gradmagic-table ${className}`, undefined, scroll);
   const head = element('tr', undefined, undefined, element('thead', undefined, undefined, grid));
   headings.forEach((heading, k) => element('th', numeric.includes(k) ? 'jp-gradmagic-number' : undefined, heading, head));
   const body = element('tbody', undefined, undefined, grid);

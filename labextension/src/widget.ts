@@ -35,13 +35,28 @@ export function liveOf(model: IWidgetModel): ILive {
   };
 }
 
-/** What each model's views keep of the user's changes (a new view of the same model, after a redraw, keeps them). */
-const states = new WeakMap<IWidgetModel, ViewState>();
+/**
+ * What each widget's views keep of the user's changes, by the widget's `key`: a new view of the same widget (after
+ * its output is drawn again) keeps them. anywidget hands each view a model of its own, so the key, not the model,
+ * names the widget. The most recent few are kept.
+ */
+const states = new Map<string, ViewState>();
+const KEPT_STATES = 64;
+
+function stateOf(model: IWidgetModel): ViewState {
+  const key = String(model.get('key') ?? '');
+  const state = states.get(key) ?? new ViewState();
+  states.delete(key);
+  states.set(key, state); // the most recent last
+  if (states.size > KEPT_STATES) {
+    states.delete(states.keys().next().value as string);
+  }
+  return state;
+}
 
 /** Draw the model's report into `el`, and again whenever the kernel changes it; returns the clean-up. */
 export function render({ model, el }: { model: IWidgetModel; el: HTMLElement }): () => void {
-  const state = states.get(model) ?? new ViewState();
-  states.set(model, state);
+  const state = stateOf(model);
   el.classList.add('jp-gradmagic-widget');
   const draw = (): void => {
     const report = readReport(model.get('report'));
