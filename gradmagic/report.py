@@ -531,7 +531,8 @@ class WatchReport:
 
     @property
     def ops(self) -> tuple[Report, ...]:
-        """One ordinary Report per op, in the order the watched code first called them."""
+        """One ordinary Report per op, in the order their first calls returned (a nested op before the op calling
+        it)."""
         return tuple(op.report for op in self.watched)
 
     @property

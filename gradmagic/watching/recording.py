@@ -2,7 +2,8 @@
 within a memory limit.
 
 Kept per op: its first call, the calls with the largest and the smallest input values, the first whose output was
-non-finite from finite inputs, and the first whose gradient went non-finite from a finite upstream gradient. A
+non-finite from finite inputs, the first whose gradient went non-finite from a finite upstream gradient, and the
+first calls with other input shapes or on other objects (an op called from several layers). A
 gradient is recorded after its forward call, so the inputs of the last calls of each op are held (not copied) until
 their gradient is seen; only a call that is kept is copied.
 """
@@ -31,6 +32,8 @@ HELD_CALLS = 16
 NUMBERED_CALLS = 256
 #: Distinct shapes listed per input or output.
 SHAPES_LISTED = 8
+#: Calls kept per op for being the first with their input shapes or on their object (a method's).
+OTHER_PLACES_KEPT = 3
 
 
 @dataclass
@@ -133,6 +136,7 @@ class OpRecord:
     kept: dict[str, KeptCall] = field(default_factory=dict)
     largest: float | None = None
     smallest: float | None = None
+    places: set = field(default_factory=set)  # (input shapes, object) of the calls seen: where the op is called
     held: OrderedDict[int, HeldCall] = field(default_factory=OrderedDict)  # by call id, the last HELD_CALLS
     numbers: OrderedDict[int, int] = field(default_factory=OrderedDict)  # call id to call number, the last ones
     unrecorded: dict[str, int] = field(default_factory=dict)  # why calls went unrecorded: traces (or calls)
@@ -182,6 +186,7 @@ class CallRecorder:
                 op.numbers.popitem(last=False)
             if op.calls == 1:
                 self._keep(op, FIRST_CALL, held)
+            self._note_place(op, call, held)
             if high is not None and (op.largest is None or high > op.largest):
                 op.largest = high
                 self._keep(op, LARGEST, held)
@@ -236,6 +241,23 @@ class CallRecorder:
         if op is None:
             op = self.ops[site.function] = OpRecord(site, self._sequence)
         return op
+
+    def _note_place(self, op: OpRecord, call: ForwardCall, held: HeldCall) -> None:
+        """Keep the first call with other input shapes, or on another object, than the calls before it."""
+        owner = getattr(call.call, "__self__", None)
+        place = (tuple(array.shape for array in call.inputs), id(owner))
+        if place in op.places:
+            return
+        op.places.add(place)
+        others = sum(reason.startswith("first call ") for reason in op.kept)
+        if op.calls == 1 or others >= OTHER_PLACES_KEPT:
+            return
+        shapes = place[0]
+        if any(seen[0] == shapes for seen in op.places if seen != place):
+            reason = f"first call on `{getattr(owner, 'name', None) or type(owner).__name__}`"
+        else:
+            reason = f"first call with input shape{'s' * (len(shapes) != 1)} {', '.join(str(list(s)) for s in shapes)}"
+        self._keep(op, reason, held)
 
     def _note_outputs(self, op: OpRecord, call: ForwardCall, held: HeldCall) -> None:
         for name, array in zip(call.output_names, call.outputs):

@@ -6,7 +6,7 @@ While a watch runs, both give TensorFlow a stand-in for the user's function, whi
 
 * eagerly, the values as the call happens, and those of its gradient when a tape calls the gradient function;
 * in a graph (a `tf.function`, Keras's train function, a TensorFlow 1 graph) the stand-in runs when the graph is
-  traced: it adds a `tf.py_function` that hands each run's values to the recorder, and makes the op's outputs (and
+  traced: it adds a `tf.numpy_function` that hands each run's values to the recorder, and makes the op's outputs (and
   the gradients its gradient function returns) depend on it, so that it runs whenever they are computed. The values
   themselves pass through unchanged;
 * inside XLA (`jit_compile=True`), which cannot call back into Python, it adds nothing and notes the op unrecorded.
@@ -146,7 +146,7 @@ def _record_forward(site: OpSite, call: _Call, result: Any, gradient_function: C
             return _deliver("forward", site, call.forward(values[:count], values[count:], compiled=True))
 
         values = [tf.stop_gradient(value) for value in call.inputs + call.outputs]
-        call_id = tf.py_function(each_run, values, tf.int64, name="gradmagic_watch")
+        call_id = tf.numpy_function(each_run, values, tf.int64, name="gradmagic_watch")
         call.inputs = call.outputs = []  # the graph's tensors: each run hands over its values
         result = _after(call_id, result)
     return result, _recording_gradient(gradient_function, site, call_id, call.gradient_names)
@@ -195,7 +195,7 @@ def _record_backward(
         return _deliver("backward", site, int(identifier), call(list(values)))
 
     values = [tf.convert_to_tensor(call_id, tf.int64)] + [tf.stop_gradient(value) for value in upstream + returned]
-    done = tf.py_function(each_run, values, tf.int64, name="gradmagic_watch_gradient")
+    done = tf.numpy_function(each_run, values, tf.int64, name="gradmagic_watch_gradient")
     return _after(done, gradients)
 
 
@@ -419,16 +419,17 @@ class _TracedFunctions:
         def call(function, *args, **kwargs):
             entry = copies.get(id(function))
             if entry is None or entry[0] is not function:
-                entry = copies[id(function)] = (function, self._copy(function))
+                entry = copies[id(function)] = (function, self._copy(function, args, kwargs))
             if entry[1] is None:
                 return original(function, *args, **kwargs)
             return entry[1](*args, **kwargs)
 
         polymorphic_function.Function.__call__ = call
 
-    def _copy(self, function: Any) -> Any:
-        """A copy of `function` to trace under the watch, or None to run it as it is: not traced yet (it traces under
-        the watch), TensorFlow's or Keras's own, run eagerly, compiled by XLA, or with variables of its own."""
+    def _copy(self, function: Any, args: tuple, kwargs: dict) -> Any:
+        """A copy of `function` traced under the watch for these arguments, or None to run it as it is: not traced
+        yet (it traces under the watch), TensorFlow's or Keras's own, run eagerly, compiled by XLA, or creating
+        variables when traced."""
         python_function = inspect.unwrap(getattr(function, "python_function", None) or function)
         module = getattr(python_function, "__module__", None) or ""
         if (
@@ -439,17 +440,26 @@ class _TracedFunctions:
             return None
         name = getattr(python_function, "__name__", "a tf.function")
         if function._jit_compile:
-            self._note(f"tf.function `{name}` was traced before the watch, with XLA (jit_compile=True): it ran its "
-                       "own trace, and the custom gradients it calls went unrecorded.")
+            self._note(
+                f"tf.function `{name}` was traced before the watch, with XLA (jit_compile=True): it ran its own "
+                "trace, and the custom gradients it calls went unrecorded."
+            )
             return None
-        if function._created_variables:
-            self._note(f"tf.function `{name}` was traced before the watch and created variables then (a copy traced "
-                       "for the watch would create others): it ran its own trace, and the custom gradients it calls "
-                       "went unrecorded. Define it again, or call it for the first time, under the watch.")
+        copy = function._clone(None)
+        self.copies[id(copy)] = (copy, None)  # the copy itself runs as it is
+        copy.get_concrete_function(*args, **kwargs)  # traced now, so that a copy creating variables is never run
+        if copy._created_variables:
+            self._note(
+                f"tf.function `{name}` was traced before the watch, and creates variables when traced (a copy traced "
+                "for the watch would create others): it ran its own trace, and the custom gradients it calls went "
+                "unrecorded. Define it again under the watch to record them."
+            )
             return None
-        self._note(f"tf.function `{name}` was traced before the watch: a copy of it was traced for the watch (its own "
-                   "trace is kept for after).")
-        return function._clone(None)
+        self._note(
+            f"tf.function `{name}` was traced before the watch: a copy of it was traced for the watch (its own trace "
+            "is kept for after)."
+        )
+        return copy
 
     def _note(self, note: str) -> None:
         if note not in self.notes:
