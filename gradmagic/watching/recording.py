@@ -99,11 +99,9 @@ def value_range(array: np.ndarray) -> tuple[float | None, float | None, bool]:
 
 def first_nonfinite(array: np.ndarray) -> tuple[tuple[int, ...], int, str] | None:
     """The first non-finite element's index, how many there are and what they are; None when all are finite."""
-    if array.dtype.kind not in "fc" or (array.dtype.kind == "f" and value_range(array)[2]):
+    if array.dtype.kind != "f" or value_range(array)[2]:
         return None
     bad = ~np.isfinite(array)
-    if not bad.any():
-        return None
     index = tuple(int(i) for i in np.argwhere(bad)[0])
     nan, infinite = bool(np.isnan(array).any()), bool(np.isinf(array).any())
     return index, int(bad.sum()), "NaN and Inf" if nan and infinite else ("NaN" if nan else "Inf")
@@ -165,8 +163,8 @@ class CallRecorder:
         self._lock = threading.Lock()
 
     def forward(self, site: OpSite, call: ForwardCall) -> int:
-        started = time.perf_counter()
         with self._lock:
+            started = time.perf_counter()
             op = self._op(site)
             op.calls += 1
             op.compiled_calls += call.compiled
@@ -194,12 +192,12 @@ class CallRecorder:
                 op.smallest = low
                 self._keep(op, SMALLEST, held)
             self._note_outputs(op, call, held)
-        self.seconds += time.perf_counter() - started
+            self.seconds += time.perf_counter() - started
         return call_id
 
     def backward(self, site: OpSite, call_id: int, call: BackwardCall) -> None:
-        started = time.perf_counter()
         with self._lock:
+            started = time.perf_counter()
             op = self._op(site)
             op.gradient_calls += 1
             self._sequence += 1
@@ -218,7 +216,7 @@ class CallRecorder:
                     if from_finite:
                         self._keep(op, NONFINITE_GRADIENT, held)
                 break
-        self.seconds += time.perf_counter() - started
+            self.seconds += time.perf_counter() - started
 
     def unrecorded(self, site: OpSite, reason: str) -> None:
         with self._lock:
@@ -260,20 +258,18 @@ class CallRecorder:
         self._keep(op, reason, held)
 
     def _note_outputs(self, op: OpRecord, call: ForwardCall, held: HeldCall) -> None:
+        counted = False
         for name, array in zip(call.output_names, call.outputs):
-            stats = _stats(op.outputs, name, array)
-            stats.add(array)
-        for name, array in zip(call.output_names, call.outputs):
-            found = first_nonfinite(array)
-            if found is None:
+            finite = _stats(op.outputs, name, array).add(array)[0]
+            if finite or counted:
                 continue
+            counted = True
             op.nonfinite_output_calls += 1
-            event = NonFinite(op.site.name, held.number, "output", name, *found, held.inputs_finite)
+            event = NonFinite(op.site.name, held.number, "output", name, *first_nonfinite(array), held.inputs_finite)
             if _first(op.first_nonfinite_output, held.inputs_finite):
                 op.first_nonfinite_output = NonFiniteSeen(self._sequence, event)
                 if held.inputs_finite:
                     self._keep(op, NONFINITE_OUTPUT, held)
-            return
 
     def _keep(self, op: OpRecord, reason: str, held: HeldCall | None) -> None:
         """Keep `held`'s inputs (copied) for `reason`, in place of the call kept for it before; None: a call whose

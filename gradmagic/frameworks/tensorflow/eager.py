@@ -22,7 +22,7 @@ from gradmagic.frameworks.base import (
     Vjps,
     unless_all_nan,
 )
-from gradmagic.frameworks.tensorflow import building, composite, tracing
+from gradmagic.frameworks.tensorflow import building, composite, tracing, watching
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
 
@@ -74,6 +74,10 @@ class TensorFlowAdapter(Adapter):
         custom_gradient_op.__signature__ = inspect.signature(function)
         custom_gradient_op._gradmagic_function = function
         return custom_gradient_op
+
+    def check_scope(self, target: Target):
+        """A check's calls of the op are not the watched code's: a running watch does not record them."""
+        return watching.unrecorded()
 
     def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
         return composite.unwrap(op)

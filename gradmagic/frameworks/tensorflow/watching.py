@@ -53,6 +53,8 @@ _FRAMEWORK_PACKAGES = ("tensorflow", "keras", "tf_keras", "gradmagic")
 _KERAS_FUNCTIONS = ("train", "test", "predict")
 #: The recorder of the running watch; graphs traced under an earlier watch record into it too.
 _active: Recorder | None = None
+#: gradmagic's own checks running: their calls of ops (perturbed inputs, compiled batches) are not the watched code's.
+_checks = 0
 _POSITIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _installed = threading.Lock()
 
@@ -85,6 +87,17 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
             _installed.release()
 
 
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Within: calls of ops are not recorded by a running watch (the adapters' checks run inside)."""
+    global _checks
+    _checks += 1
+    try:
+        yield
+    finally:
+        _checks -= 1
+
+
 def decorated(call: Callable) -> Callable:
     """`call` (an op's own function as recorded) decorated again with `tf.custom_gradient`, to be checked."""
     return tf.custom_gradient(call)
@@ -94,7 +107,7 @@ def _standing_in(original: Callable) -> Callable:
     """TensorFlow's module decorator, calling a recording stand-in for the user's function."""
 
     def decorator(function, args, kwargs):
-        site = _site(function)
+        site = None if _checks else _site(function)
         if site is None:
             return original(function, args, kwargs)
         return original(_recorded(function, site), args, kwargs)
@@ -240,7 +253,7 @@ def _deliver(method: str, site: OpSite, *arguments: Any) -> int:
     """Hand a call to the running watch's recorder (-1 when none runs). Recording never breaks the watched code: an
     error in it is noted as the op unrecorded."""
     recorder = _active
-    if recorder is None:
+    if recorder is None or _checks:
         return -1
     try:
         return getattr(recorder, method)(site, *arguments) or -1
@@ -447,7 +460,10 @@ class _TracedFunctions:
             return None
         copy = function._clone(None)
         self.copies[id(copy)] = (copy, None)  # the copy itself runs as it is
-        copy.get_concrete_function(*args, **kwargs)  # traced now, so that a copy creating variables is never run
+        try:
+            copy.get_concrete_function(*args, **kwargs)  # traced now, so that a copy creating variables never runs
+        except Exception:  # noqa: BLE001 - the function itself runs, and raises if it raises
+            return None
         if copy._created_variables:
             self._note(
                 f"tf.function `{name}` was traced before the watch, and creates variables when traced (a copy traced "
