@@ -3,13 +3,14 @@ loops (compiled by model.fit, in the user's tf.function, eager), in a real IPyth
 mode in a fresh Python."""
 
 import json
+import time
 
 import jsonschema
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import codes, problem, run_python
+from conftest import codes, problem, run, run_python
 from IPython.core.error import UsageError
 from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
@@ -314,6 +315,7 @@ def test_bad_options_and_misuse_say_what_to_do():
             with gradmagic.watch():
                 pass
     assert watch.report.verdict == "unchecked" and not watch.report.watched
+    assert "called no custom-gradient op" in render_watch_text(watch.report)
 
 
 def test_the_report_round_trips_validates_and_renders_safely(fitted):
@@ -384,6 +386,69 @@ def test_gradwatch_usage(nb):
     assert "--memory is in megabytes" in nb.fails("%%gradwatch --memory -1\npass", UsageError).stderr
     assert "not one" in nb.fails("%%gradwatch 2x\npass", UsageError).stderr
     assert "SyntaxError" in nb.fails("%%gradwatch\ndef (", UsageError).stderr
+
+
+def test_ctrl_c_in_a_kernel_stops_the_watched_training_shows_the_report_and_puts_everything_back(kernel):
+    manager, client = kernel
+    setup = run(
+        client,
+        """
+%load_ext gradmagic
+import numpy as np, keras, tensorflow as tf
+from tensorflow.python.ops import custom_gradient
+from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+def settings():
+    return (custom_gradient._eager_mode_decorator, custom_gradient._graph_mode_decorator,
+            type(tf.function(abs)).__call__, vars(TensorFlowTrainer)["make_train_function"])
+before = settings()
+
+@tf.custom_gradient
+def softsign(x):
+    return x / (1 + tf.abs(x)), lambda dy: dy / (1 + tf.abs(x)) ** 2
+
+class Softsign(keras.layers.Layer):
+    def call(self, x):
+        return softsign(x)
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), Softsign(), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x, y = np.ones((64, 4), "f4"), np.ones((64, 1), "f4")
+""",
+    )
+    assert setup["status"] == "ok", setup["shown"]
+    message_id = client.execute("%%gradwatch watched\nfor epoch in range(100_000):\n    model.fit(x, y, verbose=0)")
+    time.sleep(6)  # training, recorded
+    manager.interrupt_kernel()
+    interrupted = run_until_reply(client, message_id)
+    assert interrupted["status"] == "error" and interrupted["ename"] == "KeyboardInterrupt"
+    (shown,) = [output for output in interrupted["outputs"] if WATCH_MIME_TYPE in output]
+    assert "text/html" in shown and "softsign" in shown["text/plain"]
+
+    after = run(
+        client,
+        """
+print(settings() == before, epoch > 0, watched["softsign"].calls > 0, watched.ops[0].numerics.skipped_because)
+""",
+    )
+    assert after["shown"].strip() == "True True True not checked: the watch was interrupted"
+
+
+def run_until_reply(client, message_id: str) -> dict:
+    """The outputs a cell sent and its reply, once it has ended."""
+    outputs, content = [], {}
+    while True:
+        message = client.get_iopub_msg(timeout=120)
+        if message["parent_header"].get("msg_id") != message_id:
+            continue
+        if message["msg_type"] in ("display_data", "execute_result"):
+            outputs.append(message["content"]["data"])
+        if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+            break
+    while not content:
+        reply = client.get_shell_msg(timeout=120)
+        if reply["parent_header"].get("msg_id") == message_id:
+            content = reply["content"]
+    return {**content, "outputs": outputs}
 
 
 def test_tensorflow_1_graph_mode_records_a_graph_built_under_the_watch():

@@ -115,13 +115,16 @@ def watch_timings(report: WatchReport) -> str:
 
 
 def nonfinite_lines(report: WatchReport) -> list[str]:
-    """Where the watched code's first gradient and first output went non-finite, or that none did."""
+    """Where the watched code's first gradient and first output went non-finite, that none did, or that no op was
+    called."""
     lines = []
     if report.first_nonfinite_gradient is not None:
         lines.append(f"first non-finite gradient: {report.first_nonfinite_gradient}")
     if report.first_nonfinite_output is not None:
         lines.append(f"first non-finite output: {report.first_nonfinite_output}")
-    if not lines and report.watched:
+    if not report.watched:
+        lines.append("the watched code called no custom-gradient op that could be recorded")
+    elif not lines:
         lines.append("no gradient or output went non-finite")
     return lines
 
