@@ -11,6 +11,8 @@ Each way alternates unwatched and watched epochs (interleaved, so that both see 
 median time per step. A watched epoch runs inside `gradmagic.watch(check=False)` (recording only) after one
 untimed warm-up epoch in the same watch, in which Keras traces its train function again for the watch (timed apart:
 "re-trace"). Then one watched epoch with the checks at the end, which are timed apart (`report.timings["checks"]`).
+The extra time per recorded call (each custom-gradient call and each gradient call) says what a watch adds to a
+step of another model.
 
 Run: .venv/bin/python benchmarks/bench_watch.py
 """
@@ -118,6 +120,7 @@ def compare(name: str, make_epoch) -> dict:
         "recording": report.timings["recording"] / STEPS,
         "verdict": report.verdict,
         "calls": {op.name: op.calls for op in report.watched},
+        "recorded per step": sum(op.calls + op.gradient_calls for op in report.watched) / STEPS,
     }
 
 
@@ -130,14 +133,21 @@ def main() -> None:
     ]
     print(f"tensorflow {tf.__version__}, keras {keras.__version__}; batch {BATCH}, {STEPS} steps an epoch, "
           f"median of {ROUNDS} interleaved epochs")
-    print(f"{'training step':<32}{'unwatched':>11}{'watched':>11}{'ratio':>8}{'recording':>11}{'re-trace':>10}"
-          f"{'checks at exit':>16}  verdict, calls")
+    print(
+        f"{'training step':<32}{'unwatched':>11}{'watched':>11}{'ratio':>8}{'per call':>10}{'recording':>11}"
+        f"{'re-trace':>10}{'checks at exit':>16}  verdict, calls"
+    )
     for r in results:
+        per_call = (r["watched"] - r["plain"]) / r["recorded per step"]
         print(
             f"{r['name']:<32}{r['plain'] * 1e3:>9.2f}ms{r['watched'] * 1e3:>9.2f}ms{r['watched'] / r['plain']:>7.2f}x"
-            f"{r['recording'] * 1e3:>9.2f}ms{max(r['retrace'], 0):>9.2f}s{r['checks']:>15.2f}s  {r['verdict']}, "
-            f"{r['calls']}"
+            f"{per_call * 1e6:>8.0f}us{r['recording'] * 1e3:>9.2f}ms{max(r['retrace'], 0):>9.2f}s{r['checks']:>15.2f}s"
+            f"  {r['verdict']}, {r['calls']}"
         )
+    print(
+        "per call: the watched step's extra time per recorded call (each custom-gradient call and each gradient "
+        "call); recording: the part of the watched step spent in the watch's own recording code"
+    )
 
 
 if __name__ == "__main__":

@@ -271,6 +271,9 @@ def render_watch_html(report: WatchReport) -> str:
 
 
 def _watched_op_html(op: WatchedOp) -> str:
-    """What an op's calls received and did, the calls it was checked at, then its report."""
+    """What an op's calls received and did, the calls it was checked at, what the watched code showed of it, then
+    its report."""
     lines = "".join(f"<div>{escape(line)}</div>" for line in watched_op_lines(op)[1:])
-    return f'<div style="{MUTED}; font-family: monospace; white-space: pre">{lines}</div>{render_html(op.report)}'
+    findings = _problem_list(op.report, op.findings) if op.findings else ""
+    calls = f'<div style="{MUTED}; font-family: monospace; white-space: pre">{lines}</div>'
+    return calls + findings + render_html(op.report)

@@ -79,13 +79,16 @@ def render_watch_text(report: WatchReport) -> str:
         rows = [("op", "where", "calls", "verdict", "first problem")] + [watch_row(op) for op in report.watched]
         widths = [max(len(row[column]) for row in rows) for column in range(4)]
         for row in rows:
-            cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [_clipped(row[4], PROBLEM_WIDTH)]
+            cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[4]]
             lines.append("  " + "  ".join(cells).rstrip())
     for note in report.notes + ((f"The watched code raised {report.error}.",) if report.error else ()):
         lines += textwrap.wrap(note, WIDTH, initial_indent="  note: ", subsequent_indent="        ")
     for op in report.watched:
         lines.append("")
         lines += [f"  {line}" for line in watched_op_lines(op)]
+        for finding in op.findings:
+            lines.append(f"    {finding.severity:<7} {finding.code}")
+            lines += textwrap.wrap(finding.message, WIDTH, initial_indent="        ", subsequent_indent="        ")
         lines += [f"    {line}" for line in render_text(op.report).split("\n")]
     return "\n".join(lines)
 
@@ -130,13 +133,15 @@ def nonfinite_lines(report: WatchReport) -> list[str]:
 
 
 def watch_row(op: WatchedOp) -> tuple[str, str, str, str, str]:
-    """An op's row of the watch's table: name, where, calls, verdict and its first problem."""
+    """An op's row of the watch's table: name, where, calls, verdict and its first problem (its code and first
+    sentence; the whole of it is in the op's own part below the table)."""
     calls = f"{op.calls}" + (f" ({op.compiled_calls} compiled)" if op.compiled_calls else "")
     first = op.first_problem
     problem = ""
     if first is not None:
         at = f" (at call {first.call})" if first.call is not None else ""
-        problem = f"{first.code}{at}: {first.message}"
+        sentence = " ".join(first.message.split()).split(". ")[0].rstrip(".")
+        problem = f"{first.code}{at}: {_clipped(sentence, PROBLEM_WIDTH)}"
     elif op.verdict == "unchecked":
         problem = op.report.numerics.skipped_because or ""
     return op.name, op.where or "", calls, VERDICT_WORDS[op.verdict], problem

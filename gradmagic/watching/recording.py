@@ -34,6 +34,8 @@ NUMBERED_CALLS = 256
 SHAPES_LISTED = 8
 #: Calls kept per op for being the first with their input shapes or on their object (a method's).
 OTHER_PLACES_KEPT = 3
+#: Distinct (input shapes, object) noted per op, to tell a call with others.
+PLACES_NOTED = 256
 
 
 @dataclass
@@ -244,7 +246,7 @@ class CallRecorder:
         """Keep the first call with other input shapes, or on another object, than the calls before it."""
         owner = getattr(call.call, "__self__", None)
         place = (tuple(array.shape for array in call.inputs), id(owner))
-        if place in op.places:
+        if place in op.places or len(op.places) >= PLACES_NOTED:
             return
         op.places.add(place)
         others = sum(reason.startswith("first call ") for reason in op.kept)

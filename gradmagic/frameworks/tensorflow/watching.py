@@ -17,12 +17,12 @@ A graph traced before the watch would run without the recording, so while a watc
   a model needs them (without XLA, so that they can call back into Python); the model gets its own back when the
   watch ends;
 * a `tf.function` of the user's traced before the watch runs a copy of itself traced for the watch (`_clone`: the
-  same function and settings), and keeps its own trace for after. A function that created variables when first
-  traced cannot be copied (the copy would create others), nor one compiled by XLA: it runs unrecorded, and the
-  watch says so.
+  same function and settings), and keeps its own trace for after. A copy whose trace would create variables (others
+  than the function's own) is never run, nor is one compiled by XLA: the function runs its own trace, unrecorded,
+  and the watch says so.
 
-A `tf.function` first traced during the watch keeps its recording calls, which record into whichever watch runs
-when it is called, and else do nothing. TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`,
+A `tf.function` first traced during the watch is not copied (its first trace may create the variables it keeps): it
+keeps its recording calls, which record into whichever watch runs when it is called, and else do nothing. TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`,
 distributed all-reduce) are not recorded.
 """
 
@@ -56,7 +56,7 @@ _active: Recorder | None = None
 #: gradmagic's own checks running: their calls of ops (perturbed inputs, compiled batches) are not the watched code's.
 _checks = 0
 _POSITIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_installed = threading.Lock()
+_one_watch = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -66,7 +66,7 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
     global _active
     notes: list[str] = []
     keras_functions, traced_functions = _KerasFunctions(notes), _TracedFunctions(notes)
-    if not _installed.acquire(blocking=False):
+    if not _one_watch.acquire(blocking=False):
         raise RuntimeError("another watch is running in this process")
     originals = {name: getattr(tf_custom_gradient, name) for name in _DECORATORS}
     try:
@@ -84,7 +84,7 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
             traced_functions.restore()
             keras_functions.restore()
         finally:
-            _installed.release()
+            _one_watch.release()
 
 
 @contextlib.contextmanager
@@ -136,7 +136,7 @@ def _recorded(function: Callable, site: OpSite) -> Callable:
         try:
             return _record_forward(site, _Call(function, args, kwargs, result), result, gradient_function)
         except Exception as error:  # noqa: BLE001 - the watched code runs as without the watch, recorded or not
-            _unrecorded(site, error)
+            _note_failure(site, error)
             return result, gradient_function
 
     # tf.custom_gradient names the op's gradient after the function it is given.
@@ -175,7 +175,7 @@ def _recording_gradient(
         try:
             return _record_backward(site, call_id, upstream, gradients, input_names, kwargs.get("variables"))
         except Exception as error:  # noqa: BLE001 - as in the forward
-            _unrecorded(site, error)
+            _note_failure(site, error)
             return gradients
 
     return tf_decorator.make_decorator(gradient_function, gradient)
@@ -258,11 +258,12 @@ def _deliver(method: str, site: OpSite, *arguments: Any) -> int:
     try:
         return getattr(recorder, method)(site, *arguments) or -1
     except Exception as error:  # noqa: BLE001 - the watched code runs on whatever recording meets
-        _unrecorded(site, error)
+        _note_failure(site, error)
         return -1
 
 
-def _unrecorded(site: OpSite, error: Exception) -> None:
+def _note_failure(site: OpSite, error: Exception) -> None:
+    """Tell the running watch that recording a call of the op failed (the call itself went on)."""
     recorder = _active
     if recorder is not None:
         with contextlib.suppress(Exception):
