@@ -11,6 +11,7 @@ keep their traceback, which points at the cell's lines.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import linecache
 
@@ -401,12 +402,17 @@ class GradientMagics(Magics):
         NAME, also when the cell raises (then it shows above the traceback).
 
         Everything the watch changes is put back when the cell ends, also on
-        an error or Ctrl-C. A Keras model traces its train function again for
-        the watch (without XLA) and gets its own back after. A tf.function
-        traced before the cell keeps its old trace and is not recorded: call
-        it first inside the watched cell. The check options are those of
-        %config GradientMagics (rtol, atol, eps, ...). In Python:
-        `with gradmagic.watch() as watch: ...`, then `watch.report`.
+        an error or Ctrl-C. Compiled code is recorded when traced under the
+        watch: a Keras model traces its train function again for the watch
+        (without XLA) and gets its own back after; a tf.function traced
+        before the cell runs a copy traced for the watch; one first traced in
+        the cell traces again after it. XLA-compiled code (jit_compile=True)
+        cannot be recorded: the report says which ops went unrecorded.
+
+        --surrogate OP declares an op whose gradient is deliberately not the
+        derivative; the check options are those of %config GradientMagics
+        (rtol, atol, eps, ...). In Python: `with gradmagic.watch() as watch:
+        ...`, then `watch.report`.
         """
         __tracebackhide__ = True
         from gradmagic.watching import MEMORY_LIMIT, Watch
@@ -428,8 +434,13 @@ class GradientMagics(Magics):
         except GradmagicError as error:  # a bad %config value, named
             raise UsageError(str(error)) from None
         statements, last = self._compile_watched(f"%%gradwatch {line}".rstrip(), cell)
+        started = contextlib.ExitStack()
         try:
-            with watch:
+            started.enter_context(watch)
+        except GradmagicError as error:  # no TensorFlow, or another watch running
+            raise UsageError(str(error)) from None
+        try:
+            with started:
                 exec(statements, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - the user's cell
                 if last is not None:
                     exec(last, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - shows its value

@@ -195,6 +195,23 @@ def test_custom_training_loop_with_an_op_called_from_several_layers_runs_as_with
     assert any("tf.function `step` was traced before the watch" in note for note in watch.report.notes)
 
 
+def test_a_tf_function_first_traced_under_the_watch_forgets_that_trace_when_it_ends():
+    @tf.function
+    def total(x):
+        return tf.reduce_sum(scaled_tanh(x))
+
+    def op_types():
+        return {op.type for op in total.get_concrete_function(x).graph.get_operations()}
+
+    x = tf.constant([1.0, 2.0])
+    with gradmagic.watch(check=False) as watch:
+        during = total(x)
+        assert "PyFunc" in op_types()  # the recording's tf.numpy_function
+    assert watch.report["scaled_tanh"].compiled_calls == 1
+    assert total.experimental_get_tracing_count() == 0 and total(x) == during
+    assert "PyFunc" not in op_types()
+
+
 def test_eager_nested_ops_and_a_declared_surrogate():
     @tf.custom_gradient
     def inner(x):
@@ -250,9 +267,13 @@ def test_a_keras_model_compiled_with_xla_trains_without_it_under_the_watch_and_g
     x, y = training_data()
     with gradmagic.watch(check=False) as watch:
         model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, verbose=0)
-    assert watch.report["scaled_tanh"].calls == 1
-    assert any("without XLA (jit_compile)" in note for note in watch.report.notes)
-    assert model.jit_compile is True and model.train_function is None  # traced again, with XLA, when next fitted
+        model.predict(x[:BATCH], batch_size=BATCH, verbose=0)
+    op = watch.report["scaled_tanh"]
+    assert (op.calls, op.compiled_calls, op.gradient_calls) == (2, 2, 1)
+    assert any("ran its train steps without XLA (jit_compile)" in note for note in watch.report.notes)
+    assert any("ran its predict steps without XLA" in note for note in watch.report.notes)
+    assert model.jit_compile is True  # and it traces its functions again, with XLA, when next used:
+    assert model.train_function is None and model.predict_function is None
     assert {op.report.verdict for op in watch.report.watched} == {"unchecked"}
 
 
@@ -386,6 +407,8 @@ def test_gradwatch_usage(nb):
     assert "--memory is in megabytes" in nb.fails("%%gradwatch --memory -1\npass", UsageError).stderr
     assert "not one" in nb.fails("%%gradwatch 2x\npass", UsageError).stderr
     assert "SyntaxError" in nb.fails("%%gradwatch\ndef (", UsageError).stderr
+    with gradmagic.watch():
+        assert "Watches do not nest" in nb.fails("%%gradwatch\npass", UsageError).stderr
 
 
 def test_ctrl_c_in_a_kernel_stops_the_watched_training_shows_the_report_and_puts_everything_back(kernel):

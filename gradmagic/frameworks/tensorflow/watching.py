@@ -21,8 +21,8 @@ A graph traced before the watch would run without the recording, so while a watc
   than the function's own) is never run, nor is one compiled by XLA: the function runs its own trace, unrecorded,
   and the watch says so.
 
-A `tf.function` first traced during the watch is not copied (its first trace may create the variables it keeps): it
-keeps its recording calls, which record into whichever watch runs when it is called, and else do nothing. TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`,
+A `tf.function` first traced during the watch is not copied (its first trace may create the variables it keeps): its
+traces are forgotten when the watch ends, so that it traces again, without the recording, when next called. TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`,
 distributed all-reduce) are not recorded.
 """
 
@@ -417,12 +417,13 @@ class _KerasFunctions:
 
 
 class _TracedFunctions:
-    """The user's `tf.function`s traced before the watch, each traced again for it as a copy (see the module's
-    docstring); the copies are dropped when the watch ends."""
+    """The user's `tf.function`s: those traced before the watch run a copy traced for it, those traced during it
+    forget those traces when it ends (see the module's docstring)."""
 
     def __init__(self, notes: list[str]):
         self.notes = notes
         self.copies: dict[int, tuple[Any, Any]] = {}  # id(function): (function, its copy or None: run it as it is)
+        self.traced: dict[int, Any] = {}  # the user's functions run as they are, and traced during the watch
         self.original: Callable | None = None
 
     def install(self) -> None:
@@ -434,9 +435,15 @@ class _TracedFunctions:
             entry = copies.get(id(function))
             if entry is None or entry[0] is not function:
                 entry = copies[id(function)] = (function, self._copy(function, args, kwargs))
-            if entry[1] is None:
+            if entry[1] is not None:
+                return entry[1](*args, **kwargs)
+            traces = function.experimental_get_tracing_count()
+            try:
                 return original(function, *args, **kwargs)
-            return entry[1](*args, **kwargs)
+            finally:
+                traced = function.experimental_get_tracing_count() != traces
+                if traced and not function._jit_compile and _users(function):  # XLA: traced without the recording
+                    self.traced[id(function)] = function
 
         polymorphic_function.Function.__call__ = call
 
@@ -444,14 +451,9 @@ class _TracedFunctions:
         """A copy of `function` traced under the watch for these arguments, or None to run it as it is: not traced
         yet (it traces under the watch), TensorFlow's or Keras's own, run eagerly, compiled by XLA, or creating
         variables when traced."""
-        python_function = inspect.unwrap(getattr(function, "python_function", None) or function)
-        module = getattr(python_function, "__module__", None) or ""
-        if (
-            function.experimental_get_tracing_count() == 0
-            or module.split(".")[0] in _FRAMEWORK_PACKAGES
-            or tf.config.functions_run_eagerly()
-        ):
+        if function.experimental_get_tracing_count() == 0 or not _users(function) or tf.config.functions_run_eagerly():
             return None
+        python_function = inspect.unwrap(function.python_function)
         name = getattr(python_function, "__name__", "a tf.function")
         if function._jit_compile:
             self._note(
@@ -485,7 +487,17 @@ class _TracedFunctions:
     def restore(self) -> None:
         if self.original is not None:
             polymorphic_function.Function.__call__ = self.original
+        for function in self.traced.values():
+            # Its traces hold the recording: it traces again when next called (its variables, if it made any, stay).
+            function._function_cache.clear()
         self.copies.clear()
+        self.traced.clear()
+
+
+def _users(function: Any) -> bool:
+    """Whether a `tf.function` runs the user's code (not TensorFlow's, Keras's or gradmagic's own)."""
+    python_function = inspect.unwrap(function.python_function)
+    return (getattr(python_function, "__module__", None) or "").split(".")[0] not in _FRAMEWORK_PACKAGES
 
 
 def _keras_trainer() -> type | None:
