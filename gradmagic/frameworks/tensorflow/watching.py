@@ -22,8 +22,8 @@ A graph traced before the watch would run without the recording, so while a watc
   and the watch says so.
 
 A `tf.function` first traced during the watch is not copied (its first trace may create the variables it keeps): its
-traces are forgotten when the watch ends, so that it traces again, without the recording, when next called. TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`,
-distributed all-reduce) are not recorded.
+traces are forgotten when the watch ends, so that it traces again, without the recording, when next called.
+TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`, distributed all-reduce) are not recorded.
 """
 
 from __future__ import annotations
