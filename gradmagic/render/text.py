@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from gradmagic.render import VERDICT_WORDS, backend_rows, framework_label, surrogate_line, where
-from gradmagic.render.graph import graph_summary
+from gradmagic.render.graph import format_bytes, graph_summary
 from gradmagic.report import Report, ValueSummary, WatchedOp, WatchReport
 
 WIDTH = 100
@@ -109,11 +109,13 @@ def watch_summary(report: WatchReport) -> str:
 
 
 def watch_timings(report: WatchReport) -> str:
-    """The framework, and the time the watched code took, the recording's part of it, and the checks'."""
+    """The framework; the time the watched code took, the recording's part of it, and the checks'; the memory the
+    kept inputs took, of the limit."""
     timings = report.timings
     return (
         f"{report.framework} {report.framework_version}; watched {seconds(timings.get('watched', 0))}, of which "
-        f"recording {seconds(timings.get('recording', 0))}; checks {seconds(timings.get('checks', 0))}"
+        f"recording {seconds(timings.get('recording', 0))}; checks {seconds(timings.get('checks', 0))}; inputs kept "
+        f"{format_bytes(report.kept_bytes)} of {format_bytes(report.memory_limit)}"
     )
 
 

@@ -61,14 +61,15 @@ class Watch:
             raise OptionError(f"check must be True or False, not {check!r}")
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
             raise OptionError(f"memory_limit must be a whole number of bytes, at least 0, not {memory_limit!r}")
-        if isinstance(surrogates, str) or not all(isinstance(name, str) for name in surrogates):
+        names = tuple(surrogates) if isinstance(surrogates, (list, tuple, set, frozenset)) else None
+        if names is None or not all(isinstance(name, str) for name in names):
             raise OptionError(f"surrogates must be a collection of op names, not {surrogates!r}")
         refused = sorted(set(options) & set(_PER_OP))
         if refused:
             raise TypeError(f"watch() takes no {refused[0]!r} option: {_PER_OP[refused[0]]}")
         CheckOptions.of(**options)  # a bad option fails here, not when the watch ends
         self.check, self.memory_limit, self.options = check, memory_limit, options
-        self.surrogates = frozenset(surrogates)
+        self.surrogates = frozenset(names)
         self._report: WatchReport | None = None
         self._running = None
 
