@@ -313,6 +313,7 @@ def test_recording_is_bounded_by_calls_and_memory():
     op = nothing_kept.report["scaled_tanh"]
     assert op.calls == 1 and op.report.verdict == "unchecked" and "memory limit" in op.report.numerics.skipped_because
     assert nothing_kept.report.calls_not_kept == 3 and "were not kept" in nothing_kept.report.notes[0]
+    jsonschema.validate(nothing_kept.report.to_dict(), watch_schema())  # a "not checked" op's report too
 
 
 def test_bad_options_and_misuse_say_what_to_do():

@@ -57,7 +57,7 @@ class Recorder(Protocol):
         """Note a call of the op's gradient function for the forward call `call_id` (-1: not recorded)."""
 
     def unrecorded(self, site: OpSite, reason: str) -> None:
-        """Note that the op was traced where its calls cannot be recorded (`reason` says where and why)."""
+        """Note calls of the op that cannot be recorded; `reason` follows the op's name: "was traced inside XLA ..."."""
 
 
 @dataclass(frozen=True)

@@ -62,12 +62,12 @@ def watch_report(
         reason = skip or _why_not_checked(record, recorder)
         if interrupted is None and reason is None:
             try:
-                watched.append(_checked(record, instrumentation, verdicts, {}))
+                watched.append(_checked(record, instrumentation, verdicts))
                 continue
             except KeyboardInterrupt as stop:
                 interrupted = stop
         watched.append(
-            _watched(record, _unchecked(record, reason or "not checked: interrupted", instrumentation), (), None)
+            _watched(record, _unchecked(record, reason or "not checked: the checks were interrupted", instrumentation))
         )
     report = WatchReport(
         watched=tuple(watched),
@@ -92,13 +92,13 @@ def _why_not_checked(record: OpRecord, recorder: CallRecorder) -> str | None:
         return "not checked: no call was recorded (see the watch's findings for why)"
     return (
         f"not checked: no call's inputs could be kept within the watch's memory limit "
-        f"({recorder.memory_limit / 2**20:.0f} MiB); raise it with memory_limit"
+        f"({recorder.memory_limit / 2**20:.3g} MiB); raise it with memory_limit"
     )
 
 
-def _checked(record: OpRecord, instrumentation: Instrumentation, verdicts: Verdicts, ops: dict) -> WatchedOp:
-    """The op checked at each kept call; its report the one that shows the most. `ops` keeps the op decorated for
-    each callable, so that its compiled functions are traced once for all its checks."""
+def _checked(record: OpRecord, instrumentation: Instrumentation, verdicts: Verdicts) -> WatchedOp:
+    """The op checked at each kept call; its report the one that shows the most."""
+    ops: dict = {}  # the op decorated for each callable, so that its compiled functions are traced once for its checks
     results = []
     for kept in record.kept_calls():
         try:
@@ -151,7 +151,7 @@ def _magic_op(record: OpRecord) -> Callable | None:
     return op if getattr(op, "_gradmagic_function", None) is record.site.function and info_of(op) else None
 
 
-def _watched(record: OpRecord, report: Report, checked: tuple, checked_call: int | None) -> WatchedOp:
+def _watched(record: OpRecord, report: Report, checked: tuple = (), checked_call: int | None = None) -> WatchedOp:
     gradient, output = record.first_nonfinite_gradient, record.first_nonfinite_output
     return WatchedOp(
         report=report,
@@ -175,11 +175,19 @@ def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]
     """What the watched code itself showed of the op: a non-finite gradient or output that started there, calls that
     went unrecorded."""
     findings = []
-    name, location = record.site.name, Location(line=record.site.line, filename=record.site.filename)
+    name = record.site.name
+    location = Location(line=record.site.line, filename=source_label(record.site.filename))
     gradient = record.first_nonfinite_gradient
     if gradient is not None and gradient.event.from_finite:
         event = gradient.event
-        at = "those inputs" if checked_call == event.call else "the inputs of the call shown"
+        checked = "Its check below ran at that call's inputs."
+        if checked_call is None:
+            checked = "Its inputs were not kept (see the watch's notes)."
+        elif checked_call != event.call:
+            checked = (
+                f"That call's inputs were not kept (see the watch's notes); its check below ran at call "
+                f"{checked_call}'s."
+            )
         findings.append(
             Problem(
                 "watched-nonfinite-gradient",
@@ -188,7 +196,7 @@ def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]
                 f"{_elements(event)} of d{event.tensor} (first d{element_label(event.tensor, event.index)}) at "
                 f"{_call(event)}, from a finite upstream gradient: the non-finite gradient starts here. "
                 f"{record.nonfinite_gradient_calls} of its {record.gradient_calls} gradient calls were non-finite. "
-                f"The check below ran at {at}.",
+                + checked,
                 location,
             )
         )
@@ -210,8 +218,8 @@ def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]
             Problem(
                 "watch-unrecorded",
                 "warning",
-                f"`{name}` was {reason} ({count} time{'s' * (count != 1)}): those calls are neither counted nor "
-                "checked here.",
+                f"`{name}` {reason} ({count} time{'s' * (count != 1)}): those calls are neither counted nor checked "
+                "here.",
                 location,
             )
         )
@@ -239,11 +247,12 @@ def _unchecked(record: OpRecord, reason: str, instrumentation: Instrumentation) 
 
 def _notes(recorder: CallRecorder) -> tuple[str, ...]:
     notes = []
-    if recorder.calls_not_kept:
+    count = recorder.calls_not_kept
+    if count:
         notes.append(
-            f"{recorder.calls_not_kept} call{'s' * (recorder.calls_not_kept != 1)} worth keeping (first, extreme "
-            f"values, first non-finite) were not kept: the inputs kept take at most the memory limit "
-            f"({recorder.memory_limit / 2**20:.0f} MiB), or the call's gradient came after its inputs were let go."
+            f"{count} call{'s' * (count != 1)} worth keeping (first, extreme values, first non-finite) "
+            f"{'were' if count != 1 else 'was'} not kept: the inputs kept take at most the memory limit "
+            f"({recorder.memory_limit / 2**20:.3g} MiB), or a call's gradient came after its inputs were let go."
         )
     return tuple(notes)
 

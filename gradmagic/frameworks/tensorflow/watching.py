@@ -150,7 +150,7 @@ def _record_forward(site: OpSite, call: _Call, result: Any, gradient_function: C
     if tf.executing_eagerly():
         call_id = _deliver("forward", site, call.forward(call.inputs, call.outputs, compiled=False))
     elif _in_xla():
-        _deliver("unrecorded", site, "traced inside XLA (jit_compile=True), which cannot call back into Python")
+        _deliver("unrecorded", site, "was traced inside XLA (jit_compile=True), which cannot call back into Python")
         return result, gradient_function
     else:
         count = len(call.inputs)
@@ -267,7 +267,7 @@ def _note_failure(site: OpSite, error: Exception) -> None:
     recorder = _active
     if recorder is not None:
         with contextlib.suppress(Exception):
-            recorder.unrecorded(site, f"recording failed ({type(error).__name__}: {error})")
+            recorder.unrecorded(site, f"could not be recorded ({type(error).__name__}: {error})")
 
 
 def _after(done: tf.Tensor, structure: Any) -> Any:
