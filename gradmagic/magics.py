@@ -424,8 +424,8 @@ class GradientMagics(Magics):
         options = self._parse(self.gradwatch, line)
         if options.name is not None and not options.name.isidentifier():
             raise UsageError(f"%%gradwatch NAME binds the report to a name: {options.name!r} is not one.")
-        settings = {name: getattr(self, name) for name in ("rtol", "atol", "eps", "order", "graph", "sweep")}
-        settings |= {name: getattr(self, name) for name in ("full_threshold", "probes", "seed")}
+        configured = ("rtol", "atol", "eps", "order", "graph", "sweep", "full_threshold", "probes", "seed")
+        settings = {name: getattr(self, name) for name in configured}
         if options.memory is not None and not options.memory >= 0:
             raise UsageError(f"--memory is in megabytes, at least 0, not {options.memory:g}.")
         memory = MEMORY_LIMIT if options.memory is None else int(options.memory * 2**20)
