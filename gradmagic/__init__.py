@@ -12,6 +12,10 @@ op bound in the notebook and checked (see ``%custom_gradient?``). In Python::
     gradmagic.assert_gradient(op, x)       # for test suites
     gradmagic.gradient_graph(op, x)        # the forward and backward as traced, saved tensors marked
 
+    with gradmagic.watch() as watch:       # every custom-gradient op the block reaches, checked at its real inputs
+        model.fit(x, y)
+    watch.report                           # a WatchReport: .ok, .problems, .ops, .first_nonfinite_gradient
+
 Loading the extension imports no framework: TensorFlow is imported the first
 time a magic needs it.
 """
@@ -22,11 +26,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "check",
+    "watch",
     "widget",
     "assert_gradient",
     "gradient_graph",
     "CheckOptions",
     "Report",
+    "WatchReport",
     "load_ipython_extension",
     "unload_ipython_extension",
 ]
@@ -38,6 +44,8 @@ _LAZY = {
     "widget": "gradmagic.notebook.display",
     "CheckOptions": "gradmagic.checking.options",
     "Report": "gradmagic.report",
+    "WatchReport": "gradmagic.report",
+    "watch": "gradmagic.watching",
 }
 
 
@@ -83,12 +91,19 @@ def _register_display(shell) -> None:
     if formatter is not None:
         formatter.for_type_by_name("gradmagic.report", "Report", _report_bundle)
         formatter.for_type_by_name("gradmagic.report", "Graph", _graph_bundle)
+        formatter.for_type_by_name("gradmagic.report", "WatchReport", _watch_bundle)
 
 
 def _report_bundle(report):
     from gradmagic.notebook.display import report_bundle
 
     return report_bundle(report)
+
+
+def _watch_bundle(report):
+    from gradmagic.notebook.display import watch_bundle
+
+    return watch_bundle(report)
 
 
 def _graph_bundle(graph):

@@ -1,4 +1,4 @@
-"""The IPython magics: `%%custom_gradient` and `%gradcheck`.
+"""The IPython magics: `%%custom_gradient`, `%gradcheck`, `%gradgraph` and `%%gradwatch`.
 
 Thin by design: parse the line, then hand over to `source` (cell to
 function), `frameworks` (function to op), `inputs` (`ARG=EXPR` to call
@@ -10,6 +10,8 @@ keep their traceback, which points at the cell's lines.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import inspect
 import linecache
 
@@ -348,6 +350,129 @@ class GradientMagics(Magics):
             return gradient_graph(op, *args, kwargs=kwargs, framework=framework, fold=not options.raw)
         except GradmagicError as error:
             raise UsageError(str(error)) from None
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="Also bind the watch's report to NAME in the notebook (kept when the cell raises).",
+    )
+    @magic_arguments.argument(
+        "--no-check",
+        dest="run_check",
+        action="store_false",
+        help="Record only: do not check the ops when the cell ends.",
+    )
+    @magic_arguments.argument(
+        "--memory",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="Megabytes the kept calls' inputs may take (default: 64).",
+    )
+    @magic_arguments.argument(
+        "--surrogate",
+        dest="surrogates",
+        action="append",
+        default=[],
+        metavar="OP",
+        help="An op (by name) whose custom gradient is deliberately not the derivative; repeatable.",
+    )
+    @no_var_expand
+    @line_cell_magic
+    def gradwatch(self, line: str, cell: str | None = None):
+        """Run the cell under a watch, and show every custom-gradient op it reached, checked at its real inputs.
+
+        Every call of every custom-gradient op the cell reaches is recorded:
+        ops made by %%custom_gradient or decorated with tf.custom_gradient or
+        keras.ops.custom_gradient (on TensorFlow), in layers, methods, nested
+        ops, tf.function and model.fit's compiled steps::
+
+            %%gradwatch
+            model.fit(x, y, epochs=1)
+
+        When the cell ends, each op is checked at the inputs it really
+        received (its first call, the calls with extreme values, the first
+        whose gradient went non-finite), and the report shows a table of the
+        ops (name, where it is defined, calls, verdict, first problem), where
+        the first gradient went non-finite (op, call, element), and each op's
+        own report under its row. The report is the cell's value
+        (`report = _`): report.ok, report.problems, report.ops (one Report per
+        op), report.first_nonfinite_gradient; with NAME it is also bound to
+        NAME, also when the cell raises (then it shows above the traceback).
+
+        Everything the watch changes is put back when the cell ends, also on
+        an error or Ctrl-C. Compiled code is recorded when traced under the
+        watch: a Keras model traces its train function again for the watch
+        (without XLA) and gets its own back after; a tf.function traced
+        before the cell runs a copy traced for the watch; one first traced in
+        the cell traces again after it. XLA-compiled code (jit_compile=True)
+        cannot be recorded: the report says which ops went unrecorded.
+
+        --surrogate OP declares an op whose gradient is deliberately not the
+        derivative; the check options are those of %config GradientMagics
+        (rtol, atol, eps, ...). In Python: `with gradmagic.watch() as watch:
+        ...`, then `watch.report`.
+        """
+        __tracebackhide__ = True
+        from gradmagic.watching import MEMORY_LIMIT, Watch
+
+        if cell is None:
+            raise UsageError(
+                "%%gradwatch is a cell magic: put it on the first line of the cell to watch (see %gradwatch?)."
+            )
+        options = self._parse(self.gradwatch, line)
+        if options.name is not None and not options.name.isidentifier():
+            raise UsageError(f"%%gradwatch NAME binds the report to a name: {options.name!r} is not one.")
+        configured = ("rtol", "atol", "eps", "order", "graph", "sweep", "full_threshold", "probes", "seed")
+        settings = {name: getattr(self, name) for name in configured}
+        if options.memory is not None and not options.memory >= 0:
+            raise UsageError(f"--memory is in megabytes, at least 0, not {options.memory:g}.")
+        memory = MEMORY_LIMIT if options.memory is None else int(options.memory * 2**20)
+        try:
+            watch = Watch(check=options.run_check, memory_limit=memory, surrogates=options.surrogates, **settings)
+        except GradmagicError as error:  # a bad %config value, named
+            raise UsageError(str(error)) from None
+        statements, last = self._compile_watched(f"%%gradwatch {line}".rstrip(), cell)
+        started = contextlib.ExitStack()
+        try:
+            started.enter_context(watch)
+        except GradmagicError as error:  # no TensorFlow, or another watch running
+            raise UsageError(str(error)) from None
+        try:
+            with started:
+                exec(statements, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - the user's cell
+                if last is not None:
+                    exec(last, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - shows its value
+        except BaseException:
+            if watch.finished:
+                self._bind_watch_report(options.name, watch.report)
+                from IPython.display import display
+
+                display(watch.report)
+            raise
+        return self._bind_watch_report(options.name, watch.report)
+
+    def _bind_watch_report(self, name: str | None, report):
+        if name is not None:
+            self.shell.user_ns[name] = report
+        return report
+
+    def _compile_watched(self, magic_line: str, cell: str):
+        """The cell's statements, and its last expression (shown as a cell's value), compiled as IPython compiles a
+        cell: magics and shell escapes transformed, named after the cell for tracebacks, the magic line being line
+        1."""
+        filename = self._register_cell(f"{magic_line}\n{cell}")
+        try:
+            tree = self.shell.compile.ast_parse("\n" + self.shell.transform_cell(cell), filename)
+        except SyntaxError as error:
+            raise UsageError(self._syntax_error_message(error)) from None
+        tree = self.shell.transform_ast(tree)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        statements = self.shell.compile(ast.Module(tree.body, type_ignores=[]), filename, "exec")
+        shown = self.shell.compile(ast.Interactive([last]), filename, "single") if last is not None else None
+        return statements, shown
 
     def _op_and_arguments(self, options, magic_name: str):
         """The op named on a line magic, its OpInfo, the line's or its cell's inputs, and (args, kwargs) from them."""

@@ -392,6 +392,290 @@ class Report:
         )
 
 
+#: The report of a watch (`gradmagic.watch()`): a report of reports, one per custom-gradient op the watched code
+#: reached.
+WATCH_SCHEMA_ID = "urn:gradmagic:schema:watch-report"
+WATCH_SCHEMA_VERSION = "1.0"
+WATCH_MIME_TYPE = "application/vnd.gradmagic.watch-report+json"
+_VERDICT_ORDER = ("fail", "warn", "surrogate", "pass", "unchecked")
+
+
+@dataclass(frozen=True)
+class ValueSummary:
+    """One input or output of an op over the calls a watch recorded: its dtype, the shapes it had, its range."""
+
+    name: str  # "x", "args[1]", "output", "output[0]"
+    dtype: str
+    shapes: tuple[tuple[int | None, ...], ...]  # the distinct shapes, in the order first seen (at most 8)
+    minimum: float | None = None  # over the finite elements of every recorded call; None: no finite number
+    maximum: float | None = None
+    nonfinite_calls: int = 0  # calls in which it had a NaN or infinite element
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """The first call in which an op's gradient (or its output) had NaN or infinite elements."""
+
+    op: str
+    call: int | None  # the op's call (1: its first) whose gradient or output it was; None: not recorded
+    kind: str  # "gradient" | "output"
+    tensor: str  # the input the gradient is for ("x"), or the output ("output")
+    index: tuple[int, ...]  # its first non-finite element
+    elements: int  # how many were non-finite
+    values: str  # "NaN", "Inf", "NaN and Inf"
+    from_finite: bool  # the upstream gradient (for a gradient) or the op's inputs (for an output) were finite
+
+    def __str__(self) -> str:
+        """`row_norm, call 3: dx[5, 0] NaN (8 elements), from a finite upstream gradient`."""
+        element = element_label(self.tensor, self.index)
+        what = f"d{element}" if self.kind == "gradient" else element
+        source = "a finite upstream gradient" if self.kind == "gradient" else "finite inputs"
+        if not self.from_finite:
+            source = source.replace("a finite", "a non-finite").replace("finite inputs", "non-finite inputs")
+        call = f"call {self.call}" if self.call is not None else "an unnumbered call"
+        elements = f"{self.elements} element{'s' * (self.elements != 1)}"
+        return f"{self.op}, {call}: {what} {self.values} ({elements}), from {source}"
+
+
+@dataclass(frozen=True)
+class CheckedCall:
+    """A call a watch kept, and the verdict of the op's check at its inputs."""
+
+    call: int
+    reasons: tuple[str, ...]  # why it was kept: "first call", "largest values", "first non-finite gradient", ...
+    shapes: tuple[tuple[int, ...], ...]  # of its recorded inputs
+    verdict: str
+    codes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WatchedOp:
+    """One custom-gradient op under a watch: what its calls received and did, and its check at the inputs it got.
+
+    `report` is an ordinary Report: the op checked at the kept call that shows the most (`checked_call`), or "not
+    checked" with the reason. `findings` are what the watched code itself showed: a gradient that went non-finite from
+    a finite upstream gradient, calls that could not be recorded.
+    """
+
+    report: Report
+    where: str | None  # "Cell In[3], line 2" or "/path/model.py, line 14": where the op is defined
+    calls: int
+    compiled_calls: int = 0  # of `calls`, those inside compiled code (tf.function, model.fit, a TF1 graph)
+    gradient_calls: int = 0
+    inputs: tuple[ValueSummary, ...] = ()
+    outputs: tuple[ValueSummary, ...] = ()
+    nonfinite_gradient_calls: int = 0
+    nonfinite_output_calls: int = 0
+    first_nonfinite_gradient: NonFinite | None = None
+    first_nonfinite_output: NonFinite | None = None
+    checked: tuple[CheckedCall, ...] = ()
+    checked_call: int | None = None
+    findings: tuple[Problem, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.report.op.name
+
+    @property
+    def verdict(self) -> str:
+        """The report's verdict, made "fail" by an error in `findings` (and "warn" by a warning, over "pass")."""
+        severities = {finding.severity for finding in self.findings}
+        if "error" in severities:
+            return "fail"
+        if "warning" in severities and self.report.verdict == "pass":
+            return "warn"
+        return self.report.verdict
+
+    @property
+    def first_problem(self) -> WatchProblem | None:
+        """The first error (else warning) the watch found for this op, in its findings or its check."""
+        problems = self.problems
+        return next((p for p in problems if p.severity == "error"), problems[0] if problems else None)
+
+    @property
+    def problems(self) -> tuple[WatchProblem, ...]:
+        """Its findings, then its check's errors and warnings, each naming the op."""
+        return tuple(WatchProblem.of(self.name, finding, None) for finding in self.findings) + tuple(
+            WatchProblem.of(self.name, problem, self.checked_call)
+            for problem in self.report.problems
+            if problem.severity != "info"
+        )
+
+
+@dataclass(frozen=True)
+class WatchProblem:
+    """A problem of a watch: the op it is about, and the call whose recorded inputs show it (None: the watched code
+    itself showed it)."""
+
+    op: str
+    code: str
+    severity: str
+    message: str
+    call: int | None = None
+    location: Location | None = None
+
+    @classmethod
+    def of(cls, op: str, problem: Problem, call: int | None) -> WatchProblem:
+        return cls(op, problem.code, problem.severity, problem.message, call, problem.location)
+
+    def __str__(self) -> str:
+        at = f" (at call {self.call}'s inputs)" if self.call is not None else ""
+        return f"{self.op}: {self.severity} {self.code}{at}: {self.message}"
+
+
+@dataclass(frozen=True)
+class WatchReport:
+    """What `gradmagic.watch()` found: every custom-gradient op the watched code reached, each with an ordinary
+    Report (`ops`), and where the first gradient went non-finite.
+
+    `timings`: `watched` is the watched code's wall time (recording included), `recording` the part of it spent in
+    the watch's recording, `checks` the checks at the end. Kept calls' inputs take at most `memory_limit` bytes;
+    `calls_not_kept` calls that would have been kept were not, for that limit.
+    """
+
+    watched: tuple[WatchedOp, ...]
+    framework: str
+    framework_version: str
+    first_nonfinite_gradient: NonFinite | None = None
+    first_nonfinite_output: NonFinite | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    memory_limit: int = 0
+    kept_bytes: int = 0
+    calls_not_kept: int = 0
+    notes: tuple[str, ...] = ()
+    error: str | None = None  # what the watched code raised ("ValueError: ..."), if it did
+
+    @property
+    def ops(self) -> tuple[Report, ...]:
+        """One ordinary Report per op, in the order their first calls returned (a nested op before the op calling
+        it)."""
+        return tuple(op.report for op in self.watched)
+
+    @property
+    def problems(self) -> tuple[WatchProblem, ...]:
+        """Every op's errors and warnings, each naming its op."""
+        return tuple(problem for op in self.watched for problem in op.problems)
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem has severity `error`."""
+        return not any(problem.severity == "error" for problem in self.problems)
+
+    @property
+    def verdict(self) -> str:
+        """The worst of the ops' verdicts ("fail", "warn", "surrogate", "pass"); "unchecked" when no op was checked."""
+        verdicts = [op.verdict for op in self.watched]
+        return min(verdicts, key=_VERDICT_ORDER.index) if verdicts else "unchecked"
+
+    def __getitem__(self, name: str) -> WatchedOp:
+        """The watched op called `name`."""
+        for op in self.watched:
+            if op.name == name:
+                return op
+        raise KeyError(f"no op named {name!r} was watched; the ops are {', '.join(op.name for op in self.watched)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable data, valid against `watch_schema()`; each op's report as `Report.to_dict()` gives it."""
+        data = _plain(dataclasses.asdict(self))
+        for entry, op in zip(data["watched"], self.watched):
+            entry.update(name=op.name, verdict=op.verdict, report=op.report.to_dict())
+        problems = [_plain(dataclasses.asdict(problem)) for problem in self.problems]
+        return {
+            "$schema": WATCH_SCHEMA_ID,
+            "version": WATCH_SCHEMA_VERSION,
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "problems": problems,
+            **data,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WatchReport:
+        """Read a WatchReport back from `to_dict()` data of the same major version."""
+        major = str(data.get("version", "")).split(".")[0]
+        if major != WATCH_SCHEMA_VERSION.split(".")[0]:
+            raise ValueError(
+                f"watch report version {data.get('version')!r} is not readable by schema {WATCH_SCHEMA_VERSION}"
+            )
+        return cls(
+            watched=tuple(_watched_op(entry) for entry in data["watched"]),
+            framework=data["framework"],
+            framework_version=data["framework_version"],
+            first_nonfinite_gradient=_non_finite(data.get("first_nonfinite_gradient")),
+            first_nonfinite_output=_non_finite(data.get("first_nonfinite_output")),
+            timings=dict(data["timings"]),
+            memory_limit=data["memory_limit"],
+            kept_bytes=data["kept_bytes"],
+            calls_not_kept=data["calls_not_kept"],
+            notes=tuple(data["notes"]),
+            error=data.get("error"),
+        )
+
+    def __str__(self) -> str:
+        """One line: the verdict and each failing op's problem codes."""
+        failing = [
+            f"{op.name}: {', '.join(dict.fromkeys(p.code for p in op.problems if p.severity == 'error'))}"
+            for op in self.watched
+            if op.verdict == "fail"
+        ]
+        count = len(self.watched)
+        return f"watch of {count} custom-gradient op{'s' * (count != 1)}: {self.verdict}" + (
+            f" ({'; '.join(failing)})" if failing else ""
+        )
+
+    def __repr__(self) -> str:
+        return f"<WatchReport {self}>"
+
+
+def _watched_op(data: dict[str, Any]) -> WatchedOp:
+    summaries = {
+        key: tuple(
+            ValueSummary(
+                **{
+                    **summary,
+                    "shapes": tuple(tuple(shape) for shape in summary["shapes"]),
+                    "minimum": _number(summary["minimum"]),
+                    "maximum": _number(summary["maximum"]),
+                }
+            )
+            for summary in data[key]
+        )
+        for key in ("inputs", "outputs")
+    }
+    return WatchedOp(
+        report=Report.from_dict(data["report"]),
+        where=data["where"],
+        calls=data["calls"],
+        compiled_calls=data["compiled_calls"],
+        gradient_calls=data["gradient_calls"],
+        **summaries,
+        nonfinite_gradient_calls=data["nonfinite_gradient_calls"],
+        nonfinite_output_calls=data["nonfinite_output_calls"],
+        first_nonfinite_gradient=_non_finite(data.get("first_nonfinite_gradient")),
+        first_nonfinite_output=_non_finite(data.get("first_nonfinite_output")),
+        checked=tuple(
+            CheckedCall(
+                **{
+                    **checked,
+                    "reasons": tuple(checked["reasons"]),
+                    "shapes": tuple(tuple(shape) for shape in checked["shapes"]),
+                    "codes": tuple(checked["codes"]),
+                }
+            )
+            for checked in data["checked"]
+        ),
+        checked_call=data["checked_call"],
+        findings=_problems(data["findings"]),
+    )
+
+
+def _non_finite(data: dict[str, Any] | None) -> NonFinite | None:
+    return NonFinite(**_tuples(data, "index")) if data else None
+
+
 def _problems(data: list[dict[str, Any]]) -> tuple[Problem, ...]:
     return tuple(
         Problem(
@@ -444,6 +728,13 @@ def _sweep(data: dict[str, Any] | None) -> Sweep | None:
 def schema() -> dict[str, Any]:
     """The JSON Schema of `Report.to_dict()`."""
     return json.loads(resources.files("gradmagic").joinpath("schema/report.schema.json").read_text())
+
+
+def watch_schema() -> dict[str, Any]:
+    """The JSON Schema of `WatchReport.to_dict()`, with the Report's schema (each op's report) bundled in."""
+    bundled = json.loads(resources.files("gradmagic").joinpath("schema/watch.schema.json").read_text())
+    bundled["$defs"]["report"] = schema()
+    return bundled
 
 
 _NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}

@@ -74,6 +74,13 @@ def get_adapter(name: str) -> Adapter:
     raise ValueError(f"unknown framework {name!r}: give one of {', '.join(map(repr, NAMES))}")
 
 
+def get_watcher() -> ModuleType:
+    """The module that records every call of TensorFlow's custom-gradient ops while a watch runs (its
+    `recording(recorder)`; see `frameworks/watching.py`): `tf.custom_gradient` ops, and `keras.ops.custom_gradient`
+    ops on Keras's TensorFlow backend. TensorFlow is imported on first use."""
+    return _import("gradmagic.frameworks.tensorflow.watching", "tensorflow")
+
+
 def is_keras_variable(value: object) -> bool:
     """Whether `value` is a Keras variable (without importing Keras: a process that has none has no such value)."""
     keras = sys.modules.get("keras")

@@ -21,9 +21,9 @@ from gradmagic.notebook.cell_widgets import CELLS
 from gradmagic.notebook.contexts import context_of
 from gradmagic.notebook.kernel import kernel, request, shell
 from gradmagic.render.graph import graph_summary, graph_svg
-from gradmagic.render.html import render_html
-from gradmagic.render.text import render_text
-from gradmagic.report import MIME_TYPE, Graph, Report
+from gradmagic.render.html import render_html, render_watch_html
+from gradmagic.render.text import render_text, render_watch_text
+from gradmagic.report import MIME_TYPE, WATCH_MIME_TYPE, Graph, Report, WatchReport
 
 _VIEW = "application/vnd.jupyter.widget-view+json"
 #: Keys of the execute request's metadata that JupyterLab and Notebook 7 send (the cell's id aside).
@@ -31,12 +31,14 @@ _JUPYTERLAB_KEYS = ("deletedCells", "recordTiming")
 
 
 def register(running_shell: Any = None) -> None:
-    """Show Reports and Graphs through gradmagic's displays in `running_shell` (default: the running one)."""
+    """Show Reports, Graphs and WatchReports through gradmagic's displays in `running_shell` (default: the running
+    one)."""
     running_shell = running_shell or shell()
     formatter = getattr(getattr(running_shell, "display_formatter", None), "mimebundle_formatter", None)
     if formatter is not None:
         formatter.for_type(Report, report_bundle)
         formatter.for_type(Graph, graph_bundle)
+        formatter.for_type(WatchReport, watch_bundle)
 
 
 def report_bundle(report: Report) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -65,6 +67,16 @@ def front_end_of(running_kernel: Any) -> str | None:
     if not metadata.get("cellId"):
         return None
     return "jupyterlab" if any(key in metadata for key in _JUPYTERLAB_KEYS) else "notebook"
+
+
+def watch_bundle(report: WatchReport) -> dict[str, Any]:
+    """A watch's report: its data, a table of its ops with each op's report folded under its row (sanitiser-safe
+    HTML, the same view as every Report's), and text. Each op's Report (`report.ops[i]`) displays as any Report."""
+    return {
+        WATCH_MIME_TYPE: report.to_dict(),
+        "text/plain": render_watch_text(report),
+        "text/html": render_watch_html(report),
+    }
 
 
 def graph_bundle(graph: Graph) -> dict[str, Any]:

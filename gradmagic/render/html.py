@@ -31,7 +31,8 @@ from gradmagic.render import (
 from gradmagic.render.figures import block_scale, data_uri, heatmap_blocks, heatmap_legend, heatmap_svg, swatch_svg
 from gradmagic.render.figures import sweep_svg
 from gradmagic.render.graph import graph_summary, graph_svg
-from gradmagic.report import Report, element_label
+from gradmagic.render.text import nonfinite_lines, watch_row, watch_summary, watch_timings, watched_op_lines
+from gradmagic.report import Report, WatchedOp, WatchReport, element_label
 
 MUTED = "color: #59636e"
 CODE = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
@@ -279,3 +280,50 @@ def _table(headings, rows, numeric=()) -> str:
 
 def _shape(shape) -> str:
     return f"[{', '.join('?' if d is None else str(d) for d in shape)}]" if shape else "scalar"
+
+
+def render_watch_html(report: WatchReport) -> str:
+    """A watch's report: verdict and timings, where the first gradient went non-finite, and a table of the ops, each
+    op's own report (as `render_html` draws every Report) folded under its row in a `<details>` block."""
+    verdict = report.verdict
+    parts = [
+        '<div class="gradmagic-watch" style="font-family: sans-serif; font-size: 13px; line-height: 1.4">',
+        f'<div style="font-size: 14px"><b style="color: {COLOURS[verdict]}">{escape(VERDICT_WORDS[verdict].upper())}'
+        f"</b> {escape(watch_summary(report))}</div>",
+        f'<div style="{MUTED}; font-size: 12px">{escape(watch_timings(report))}</div>',
+    ]
+    parts += [f"<div>{escape(line)}</div>" for line in nonfinite_lines(report)]
+    if report.error:
+        parts.append(f'<div style="color: {COLOURS["error"]}">The watched code raised {escape(report.error)}.</div>')
+    parts += [f'<div style="{MUTED}">{escape(note)}</div>' for note in report.notes]
+    if report.watched:
+        head = "".join(
+            f'<th align=left style="padding: 2px 8px 2px 0">{escape(h)}</th>'
+            for h in ("op", "where", "calls", "verdict", "first problem")
+        )
+        rows = []
+        for op in report.watched:
+            name, where, calls, words, problem = watch_row(op)
+            rows.append(
+                f'<tr style="border-top: 1px solid #d0d7de"><td><code>{escape(name)}</code></td>'
+                f"<td>{escape(where)}</td><td>{escape(calls)}</td>"
+                f'<td><b style="color: {COLOURS[op.verdict]}">{escape(words)}</b></td>'
+                f'<td style="white-space: pre-wrap">{escape(problem)}</td></tr>'
+                f'<tr><td colspan=5><details style="margin: 0 0 6px 12px"><summary>report of '
+                f"<code>{escape(name)}</code></summary>{_watched_op_html(op)}</details></td></tr>"
+            )
+        parts.append(
+            '<table style="border-collapse: collapse; margin: 4px 0; font-size: 12px">'
+            f"<tr>{head}</tr>{''.join(rows)}</table>"
+        )
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _watched_op_html(op: WatchedOp) -> str:
+    """What an op's calls received and did, the calls it was checked at, what the watched code showed of it, then
+    its report."""
+    lines = "".join(f"<div>{escape(line)}</div>" for line in watched_op_lines(op)[1:])
+    findings = _problem_list(op.report, op.findings) if op.findings else ""
+    calls = f'<div style="{MUTED}; font-family: monospace; white-space: pre">{lines}</div>'
+    return calls + findings + render_html(op.report)

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import textwrap
 
-from gradmagic.render import VERDICT_WORDS, backend_rows, framework_label, headline, numerics_summary, surrogate_line, where
-from gradmagic.render.graph import graph_summary
-from gradmagic.report import Report
+from gradmagic.render import (
+    VERDICT_WORDS,
+    backend_rows,
+    framework_label,
+    headline,
+    numerics_summary,
+    surrogate_line,
+    where,
+)
+from gradmagic.render.graph import format_bytes, graph_summary
+from gradmagic.report import Report, ValueSummary, WatchedOp, WatchReport
 
 WIDTH = 100
+#: Characters of an op's first problem in a watch's table (the whole problem is in the op's report below it).
+PROBLEM_WIDTH = 90
 
 
 def render_text(report: Report) -> str:
@@ -52,3 +62,124 @@ def render_text(report: Report) -> str:
     if report.graph is not None:
         lines.append("  " + graph_summary(report.graph))
     return "\n".join(lines)
+
+
+def render_watch_text(report: WatchReport) -> str:
+    """A watch's report: the verdict, where the first gradient went non-finite, a table of the ops, then each op:
+    what its calls received and did, and its report."""
+    lines = [watch_headline(report)]
+    lines += [f"  {line}" for line in nonfinite_lines(report)]
+    if report.watched:
+        rows = [("op", "where", "calls", "verdict", "first problem")] + [watch_row(op) for op in report.watched]
+        widths = [max(len(row[column]) for row in rows) for column in range(4)]
+        for row in rows:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[4]]
+            lines.append("  " + "  ".join(cells).rstrip())
+    for note in report.notes + ((f"The watched code raised {report.error}.",) if report.error else ()):
+        lines += textwrap.wrap(note, WIDTH, initial_indent="  note: ", subsequent_indent="        ")
+    for op in report.watched:
+        lines.append("")
+        lines += [f"  {line}" for line in watched_op_lines(op)]
+        for finding in op.findings:
+            lines.append(f"    {finding.severity:<7} {finding.code}")
+            lines += textwrap.wrap(finding.message, WIDTH, initial_indent="        ", subsequent_indent="        ")
+        lines += [f"    {line}" for line in render_text(op.report).split("\n")]
+    return "\n".join(lines)
+
+
+def watch_headline(report: WatchReport) -> str:
+    return f"{watch_summary(report)} [{watch_timings(report)}]"
+
+
+def watch_summary(report: WatchReport) -> str:
+    """`watch of 3 custom-gradient ops fails (2 errors, 0 warnings)`."""
+    count = len(report.watched)
+    errors = sum(problem.severity == "error" for problem in report.problems)
+    warnings = sum(problem.severity == "warning" for problem in report.problems)
+    return (
+        f"watch of {count} custom-gradient op{'s' * (count != 1)} {VERDICT_WORDS[report.verdict]} "
+        f"({errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)})"
+    )
+
+
+def watch_timings(report: WatchReport) -> str:
+    """The framework; the time the watched code took, the recording's part of it, and the checks'; the memory the
+    kept inputs took, of the limit."""
+    timings = report.timings
+    return (
+        f"{report.framework} {report.framework_version}; watched {seconds(timings.get('watched', 0))}, of which "
+        f"recording {seconds(timings.get('recording', 0))}; checks {seconds(timings.get('checks', 0))}; inputs kept "
+        f"{format_bytes(report.kept_bytes)} of {format_bytes(report.memory_limit)}"
+    )
+
+
+def nonfinite_lines(report: WatchReport) -> list[str]:
+    """Where the watched code's first gradient and first output went non-finite, that none did, or that no op was
+    called."""
+    lines = []
+    if report.first_nonfinite_gradient is not None:
+        lines.append(f"first non-finite gradient: {report.first_nonfinite_gradient}")
+    if report.first_nonfinite_output is not None:
+        lines.append(f"first non-finite output: {report.first_nonfinite_output}")
+    if not report.watched:
+        lines.append("the watched code called no custom-gradient op that could be recorded")
+    elif not lines:
+        lines.append("no gradient or output went non-finite")
+    return lines
+
+
+def watch_row(op: WatchedOp) -> tuple[str, str, str, str, str]:
+    """An op's row of the watch's table: name, where, calls, verdict and its first problem (its code and first
+    sentence; the whole of it is in the op's own part below the table)."""
+    calls = f"{op.calls}" + (f" ({op.compiled_calls} compiled)" if op.compiled_calls else "")
+    first = op.first_problem
+    problem = ""
+    if first is not None:
+        at = f" (at call {first.call})" if first.call is not None else ""
+        sentence = " ".join(first.message.split()).split(". ")[0].rstrip(".")
+        problem = f"{first.code}{at}: {_clipped(sentence, PROBLEM_WIDTH)}"
+    elif op.verdict == "unchecked":
+        problem = op.report.numerics.skipped_because or ""
+    return op.name, op.where or "", calls, VERDICT_WORDS[op.verdict], problem
+
+
+def watched_op_lines(op: WatchedOp) -> list[str]:
+    """What an op's calls received and did, and the calls it was checked at."""
+    lines = [
+        f"{op.name} ({op.where or 'defined where unknown'}): {op.calls} call{'s' * (op.calls != 1)}"
+        f"{f' ({op.compiled_calls} compiled)' if op.compiled_calls else ''}, {op.gradient_calls} gradient call"
+        f"{'s' * (op.gradient_calls != 1)}"
+    ]
+    for role, summaries in (("input", op.inputs), ("output", op.outputs)):
+        lines += [f"  {role:<7}{value_line(summary)}" for summary in summaries]
+    if op.nonfinite_gradient_calls:
+        lines.append(
+            f"  gradient non-finite in {op.nonfinite_gradient_calls} of {op.gradient_calls} calls, first: "
+            f"{op.first_nonfinite_gradient}"
+        )
+    if op.checked:
+        lines.append(
+            "  checked at "
+            + "; ".join(
+                f"call {checked.call} ({', '.join(checked.reasons)}): {VERDICT_WORDS[checked.verdict]}"
+                for checked in op.checked
+            )
+        )
+    return lines
+
+
+def value_line(summary: ValueSummary) -> str:
+    """`x  float32 [32, 16]  from -3.1 to 4.2, non-finite in 2 calls`."""
+    shapes = ", ".join(str(list(shape)) for shape in summary.shapes)
+    extent = "" if summary.minimum is None else f"  from {summary.minimum:.4g} to {summary.maximum:.4g}"
+    nonfinite = f", non-finite in {summary.nonfinite_calls} calls" if summary.nonfinite_calls else ""
+    return f"{summary.name:<10} {summary.dtype} {shapes}{extent}{nonfinite}"
+
+
+def _clipped(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def seconds(value: float) -> str:
+    return f"{value:.1f} s" if value >= 1 else f"{value * 1e3:.0f} ms"

@@ -24,7 +24,7 @@ from gradmagic.frameworks.base import (
     unless_all_nan,
 )
 from gradmagic.frameworks.cache import cache_of
-from gradmagic.frameworks.tensorflow import building, composite, tracing
+from gradmagic.frameworks.tensorflow import building, composite, tracing, watching
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
 
@@ -49,10 +49,12 @@ class TensorFlowAdapter(Adapter):
 
     @contextlib.contextmanager
     def check_scope(self, target: Target):
-        """Counts the op's checks: a batch ran eagerly in an earlier check is compiled from the next (see `_run`)."""
+        """Counts the op's checks (a batch ran eagerly in an earlier check is compiled from the next, see `_run`);
+        and a check's calls of the op are not the watched code's: a running watch does not record them."""
         cache = cache_of(target.raw)
         cache[_CHECKS] = cache.get(_CHECKS, 0) + 1
-        yield
+        with watching.unrecorded():
+            yield
 
     def decorate(self, function: Callable) -> Callable:
         """Decorate with `tf.custom_gradient`; the op also works where TensorFlow's alone fails.

@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from gradmagic.frameworks.base import ForwardRun, Layout, RawGraph, Target, TensorMeta, Vjps, unless_all_nan
 from gradmagic.frameworks.cache import cache_of
-from gradmagic.frameworks.tensorflow import building
+from gradmagic.frameworks.tensorflow import building, watching
 from gradmagic.frameworks.tensorflow.eager import TensorFlowAdapter
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import GRAPH_MODE
@@ -58,7 +58,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
     @contextlib.contextmanager
     def check_scope(self, target: Target):
         """The op's graph and session, kept for its later checks; the user's graph guarded, their variables
-        restored after."""
+        restored after; a running watch does not record the check's calls."""
         cache = cache_of(target.raw)
         workspace = cache.get(_WORKSPACE)
         if workspace is None or workspace.full:
@@ -67,7 +67,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
             workspace = cache[_WORKSPACE] = Workspace()
         elif workspace.checking_now:  # a check of this op inside one of its checks (a progress callback's)
             workspace = Workspace()
-        with workspace.checking():
+        with workspace.checking(), watching.unrecorded():
             self._workspaces.append(workspace)
             try:
                 yield

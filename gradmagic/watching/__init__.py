@@ -1,0 +1,122 @@
+"""`gradmagic.watch()`: check custom gradients where they live, at the inputs a model really feeds them.
+
+    with gradmagic.watch() as watch:
+        model.fit(x, y, epochs=1)
+    watch.report          # a WatchReport: .ok, .problems, .ops (one Report per op), .first_nonfinite_gradient
+
+While the block runs, every call of every custom-gradient op it reaches is recorded by the framework's recording
+(`gradmagic.frameworks.get_watcher()`) into a `CallRecorder` (`recording.py`), which keeps a few calls per op; when
+it ends, everything the recording changed is put back and each op is checked by the check engine at the inputs it
+kept (`verdicts.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gradmagic.checking.options import CheckOptions
+from gradmagic.errors import GradmagicError, OptionError
+from gradmagic.frameworks import get_watcher
+from gradmagic.notebook import display
+from gradmagic.report import WatchReport
+from gradmagic.watching.recording import CallRecorder
+from gradmagic.watching.verdicts import Verdicts, watch_report
+
+#: Bytes the kept calls' inputs (and the recent calls held for their gradients) may take, by default.
+MEMORY_LIMIT = 64 * 2**20
+#: Check options a watch decides per op.
+_PER_OP = {
+    "framework": "each op is checked with the framework that made it",
+    "backends": "the watch checks each op in this process only",
+    "surrogate": "name the ops whose gradient is deliberately not the derivative: surrogates={'name', ...}",
+}
+
+__all__ = ["MEMORY_LIMIT", "Watch", "watch"]
+
+
+def watch(
+    *, check: bool = True, memory_limit: int = MEMORY_LIMIT, surrogates: Any = (), **options: Any
+) -> Watch:
+    """Watch the custom gradients the code in a `with` block reaches, and check each at the inputs it received.
+
+    Every call of every custom-gradient op (`tf.custom_gradient`, `keras.ops.custom_gradient` on TensorFlow, ops made
+    by `%%custom_gradient`; in layers, methods, nested ops, `tf.function` and `model.fit`) is recorded: how many
+    calls, input shapes, dtypes and ranges, and which calls' gradients went non-finite. A few calls per op are kept
+    (the first, the extreme values, the first non-finite output and gradient), their inputs within `memory_limit`
+    bytes. When the block ends, everything the watch changed is put back (also on an error or Ctrl-C) and, with
+    `check`, each op is checked at the inputs it kept; `watch.report` is the WatchReport.
+
+    `surrogates`: names of ops whose custom gradient is deliberately not the derivative (as `--surrogate`).
+    `options`: the check's options (`gradmagic.CheckOptions`: rtol, atol, eps, full_threshold, ...).
+    """
+    return Watch(check=check, memory_limit=memory_limit, surrogates=surrogates, **options)
+
+
+class Watch:
+    """A watch: a context manager recording custom-gradient calls, with the report once it ends (`report`)."""
+
+    def __init__(self, *, check: bool = True, memory_limit: int = MEMORY_LIMIT, surrogates: Any = (), **options: Any):
+        if not isinstance(check, bool):
+            raise OptionError(f"check must be True or False, not {check!r}")
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
+            raise OptionError(f"memory_limit must be a whole number of bytes, at least 0, not {memory_limit!r}")
+        names = tuple(surrogates) if isinstance(surrogates, (list, tuple, set, frozenset)) else None
+        if names is None or not all(isinstance(name, str) for name in names):
+            raise OptionError(f"surrogates must be a collection of op names, not {surrogates!r}")
+        refused = sorted(set(options) & set(_PER_OP))
+        if refused:
+            raise TypeError(f"watch() takes no {refused[0]!r} option: {_PER_OP[refused[0]]}")
+        CheckOptions.of(**options)  # a bad option fails here, not when the watch ends
+        self.check, self.memory_limit, self.options = check, memory_limit, options
+        self.surrogates = frozenset(names)
+        self._report: WatchReport | None = None
+        self._running = None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the watch has ended and made its report."""
+        return self._running is None and self._report is not None
+
+    @property
+    def report(self) -> WatchReport:
+        """The WatchReport, once the watch has ended."""
+        if self._running is not None:
+            raise GradmagicError("The watch is still running: its report is made when the `with` block ends.")
+        if self._report is None:
+            raise GradmagicError("Nothing was watched yet: use the watch as `with gradmagic.watch() as watch: ...`.")
+        return self._report
+
+    def __enter__(self) -> Watch:
+        if self._running is not None:
+            raise GradmagicError("This watch is running already: a watch cannot be entered twice at once.")
+        watcher = get_watcher()
+        self._recorder = CallRecorder(self.memory_limit)
+        recording = watcher.recording(self._recorder)
+        try:
+            self._instrumentation = recording.__enter__()
+        except RuntimeError as error:
+            raise GradmagicError(
+                f"Cannot start a watch: {error}. Watches do not nest: end the other one first."
+            ) from None
+        self._verdicts = Verdicts(self.check, dict(self.options), self.surrogates, watcher.decorated)
+        self._running, self._started = recording, time.perf_counter()
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        recording, self._running = self._running, None
+        watched = time.perf_counter() - self._started
+        recording.__exit__(kind, error, traceback)
+        display.register()
+        report, interrupted = watch_report(
+            self._recorder, self._instrumentation, self._verdicts, {"watched": watched}, error
+        )
+        self._report = report
+        del self._recorder
+        if interrupted is not None and error is None:
+            raise interrupted
+        return False
+
+    def __repr__(self) -> str:
+        state = "running" if self._running is not None else (str(self._report) if self._report else "not started")
+        return f"<gradmagic.Watch: {state}>"

@@ -1,0 +1,325 @@
+"""What a watch keeps of the calls it sees: running summaries of every call, and a few calls per op with their inputs,
+within a memory limit.
+
+Kept per op: its first call, the calls with the largest and the smallest input values, the first whose output was
+non-finite from finite inputs, the first whose gradient went non-finite from a finite upstream gradient, and the
+first calls with other input shapes or on other objects (an op called from several layers). A
+gradient is recorded after its forward call, so the inputs of the last calls of each op are held (not copied) until
+their gradient is seen; only a call that is kept is copied.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from gradmagic.frameworks.watching import BackwardCall, ForwardCall, OpSite
+from gradmagic.report import NonFinite, ValueSummary
+
+FIRST_CALL = "first call"
+LARGEST = "largest values"
+SMALLEST = "smallest values"
+NONFINITE_OUTPUT = "first non-finite output"
+NONFINITE_GRADIENT = "first non-finite gradient"
+#: Calls per op whose inputs are held until their gradient is seen (enough for an op called from many layers).
+HELD_CALLS = 16
+#: Forward calls per op whose number is remembered for their gradient.
+NUMBERED_CALLS = 256
+#: Distinct shapes listed per input or output.
+SHAPES_LISTED = 8
+#: Calls kept per op for being the first with their input shapes or on their object (a method's).
+OTHER_PLACES_KEPT = 3
+#: Distinct (input shapes, object) noted per op, to tell a call with others.
+PLACES_NOTED = 256
+
+
+@dataclass
+class KeptCall:
+    """A call whose inputs are kept (copied), to check the op at them."""
+
+    number: int
+    reasons: list[str]
+    call: Callable
+    arguments: tuple[tuple, dict]
+    shapes: tuple[tuple[int, ...], ...]
+    nbytes: int
+
+
+@dataclass
+class HeldCall:
+    """A recent call, its inputs held as the framework handed them, until its gradient is seen."""
+
+    number: int
+    call: ForwardCall
+    inputs_finite: bool
+    nbytes: int
+
+
+class ValueStats:
+    """One input or output of an op over its calls: dtype, shapes, range, calls with non-finite elements."""
+
+    def __init__(self, name: str, dtype: str):
+        self.name, self.dtype = name, dtype
+        self.shapes: dict[tuple[int, ...], None] = {}
+        self.minimum: float | None = None
+        self.maximum: float | None = None
+        self.nonfinite_calls = 0
+
+    def add(self, array: np.ndarray) -> tuple[bool, float | None, float | None]:
+        """Count one call's value; whether it was finite, and its smallest and largest finite element."""
+        if len(self.shapes) < SHAPES_LISTED:
+            self.shapes.setdefault(tuple(array.shape), None)
+        low, high, finite = value_range(array)
+        if not finite:
+            self.nonfinite_calls += 1
+        if low is not None:
+            self.minimum = low if self.minimum is None else min(self.minimum, low)
+            self.maximum = high if self.maximum is None else max(self.maximum, high)
+        return finite, low, high
+
+    def summary(self) -> ValueSummary:
+        return ValueSummary(self.name, self.dtype, tuple(self.shapes), self.minimum, self.maximum, self.nonfinite_calls)
+
+
+def value_range(array: np.ndarray) -> tuple[float | None, float | None, bool]:
+    """(smallest, largest) finite element of a numeric array (None, None without one) and whether all are finite.
+
+    Two passes where all are finite: NaN and infinities show in the extremes."""
+    if array.dtype.kind not in "iuf" or array.size == 0:
+        return None, None, True
+    low, high = array.min(), array.max()
+    if array.dtype.kind != "f" or (np.isfinite(low) and np.isfinite(high)):
+        return float(low), float(high), True
+    finite = array[np.isfinite(array)]
+    return (float(finite.min()), float(finite.max()), False) if finite.size else (None, None, False)
+
+
+def first_nonfinite(array: np.ndarray) -> tuple[tuple[int, ...], int, str] | None:
+    """The first non-finite element's index, how many there are and what they are; None when all are finite."""
+    if array.dtype.kind != "f" or value_range(array)[2]:
+        return None
+    bad = ~np.isfinite(array)
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    nan, infinite = bool(np.isnan(array).any()), bool(np.isinf(array).any())
+    return index, int(bad.sum()), "NaN and Inf" if nan and infinite else ("NaN" if nan else "Inf")
+
+
+@dataclass
+class NonFiniteSeen:
+    """A non-finite gradient or output, and when (the recorder's sequence number) it was seen."""
+
+    sequence: int
+    event: NonFinite
+
+
+@dataclass
+class OpRecord:
+    """Everything a watch notes of one op."""
+
+    site: OpSite
+    first_seen: int
+    calls: int = 0
+    compiled_calls: int = 0
+    gradient_calls: int = 0
+    inputs: dict[str, ValueStats] = field(default_factory=dict)
+    outputs: dict[str, ValueStats] = field(default_factory=dict)
+    nonfinite_output_calls: int = 0
+    nonfinite_gradient_calls: int = 0
+    # Of each: the first from finite inputs (upstream gradients), else the first.
+    first_nonfinite_output: NonFiniteSeen | None = None
+    first_nonfinite_gradient: NonFiniteSeen | None = None
+    kept: dict[str, KeptCall] = field(default_factory=dict)
+    largest: float | None = None
+    smallest: float | None = None
+    places: set = field(default_factory=set)  # (input shapes, object) of the calls seen: where the op is called
+    held: OrderedDict[int, HeldCall] = field(default_factory=OrderedDict)  # by call id, the last HELD_CALLS
+    numbers: OrderedDict[int, int] = field(default_factory=OrderedDict)  # call id to call number, the last ones
+    unrecorded: dict[str, int] = field(default_factory=dict)  # why calls went unrecorded: traces (or calls)
+
+    def kept_calls(self) -> list[KeptCall]:
+        """Each kept call once, in call order."""
+        unique = {id(kept): kept for kept in self.kept.values()}
+        return sorted(unique.values(), key=lambda kept: kept.number)
+
+
+class CallRecorder:
+    """The recorder a framework's recording calls (`frameworks.watching.Recorder`), for one watch.
+
+    Thread-safe: compiled code may call it from several threads at once. It never raises into the watched code
+    (the framework's recording notes an error of it as the op unrecorded).
+    """
+
+    def __init__(self, memory_limit: int):
+        self.memory_limit = memory_limit
+        self.ops: dict[Callable, OpRecord] = {}
+        self.kept_bytes = 0
+        self.held_bytes = 0
+        self.calls_not_kept = 0
+        self.seconds = 0.0  # spent recording
+        self._sequence = 0
+        self._lock = threading.Lock()
+
+    def forward(self, site: OpSite, call: ForwardCall) -> int:
+        with self._lock:
+            started = time.perf_counter()
+            op = self._op(site)
+            op.calls += 1
+            op.compiled_calls += call.compiled
+            self._sequence += 1
+            call_id = self._sequence
+            inputs_finite, low, high = True, None, None
+            for name, array in zip(call.input_names, call.inputs):
+                finite, smallest, largest = _stats(op.inputs, name, array).add(array)
+                inputs_finite &= finite
+                if smallest is not None:
+                    low = smallest if low is None else min(low, smallest)
+                    high = largest if high is None else max(high, largest)
+            held = HeldCall(op.calls, call, inputs_finite, sum(array.nbytes for array in call.inputs))
+            self._hold(op, call_id, held)
+            op.numbers[call_id] = op.calls
+            if len(op.numbers) > NUMBERED_CALLS:
+                op.numbers.popitem(last=False)
+            if op.calls == 1:
+                self._keep(op, FIRST_CALL, held)
+            self._note_place(op, call, held)
+            if high is not None and (op.largest is None or high > op.largest):
+                op.largest = high
+                self._keep(op, LARGEST, held)
+            if low is not None and (op.smallest is None or low < op.smallest):
+                op.smallest = low
+                self._keep(op, SMALLEST, held)
+            self._note_outputs(op, call, held)
+            self.seconds += time.perf_counter() - started
+        return call_id
+
+    def backward(self, site: OpSite, call_id: int, call: BackwardCall) -> None:
+        with self._lock:
+            started = time.perf_counter()
+            op = self._op(site)
+            op.gradient_calls += 1
+            self._sequence += 1
+            held = op.held.pop(call_id, None)
+            if held is not None:
+                self.held_bytes -= held.nbytes
+            for name, gradient in zip(call.gradient_names, call.gradients):
+                found = first_nonfinite(gradient) if gradient is not None else None
+                if found is None:
+                    continue
+                op.nonfinite_gradient_calls += 1
+                from_finite = all(value_range(upstream)[2] for upstream in call.upstream)
+                event = NonFinite(site.name, op.numbers.get(call_id), "gradient", name, *found, from_finite)
+                if _first(op.first_nonfinite_gradient, from_finite):
+                    op.first_nonfinite_gradient = NonFiniteSeen(self._sequence, event)
+                    if from_finite:
+                        self._keep(op, NONFINITE_GRADIENT, held)
+                break
+            self.seconds += time.perf_counter() - started
+
+    def unrecorded(self, site: OpSite, reason: str) -> None:
+        with self._lock:
+            op = self._op(site)
+            op.unrecorded[reason] = op.unrecorded.get(reason, 0) + 1
+
+    def first_nonfinite(self, kind: str) -> NonFinite | None:
+        """The first non-finite gradient (`kind` "gradient") or output ("output") of any op: the first from finite
+        inputs (upstream gradients), else the first at all."""
+        seen = [getattr(op, f"first_nonfinite_{kind}") for op in self.ops.values()]
+        seen = [s for s in seen if s is not None]
+        if not seen:
+            return None
+        return min(seen, key=lambda s: (not s.event.from_finite, s.sequence)).event
+
+    # -- keeping --------------------------------------------------------------------------------------------------
+
+    def _op(self, site: OpSite) -> OpRecord:
+        op = self.ops.get(site.function)
+        if op is None:
+            op = self.ops[site.function] = OpRecord(site, self._sequence)
+        return op
+
+    def _note_place(self, op: OpRecord, call: ForwardCall, held: HeldCall) -> None:
+        """Keep the first call with other input shapes, or on another object, than the calls before it."""
+        owner = getattr(call.call, "__self__", None)
+        place = (tuple(array.shape for array in call.inputs), id(owner))
+        if place in op.places or len(op.places) >= PLACES_NOTED:
+            return
+        op.places.add(place)
+        others = sum(reason.startswith("first call ") for reason in op.kept)
+        if op.calls == 1 or others >= OTHER_PLACES_KEPT:
+            return
+        shapes = place[0]
+        if any(seen[0] == shapes for seen in op.places if seen != place):
+            reason = f"first call on `{getattr(owner, 'name', None) or type(owner).__name__}`"
+        else:
+            reason = f"first call with input shape{'s' * (len(shapes) != 1)} {', '.join(str(list(s)) for s in shapes)}"
+        self._keep(op, reason, held)
+
+    def _note_outputs(self, op: OpRecord, call: ForwardCall, held: HeldCall) -> None:
+        counted = False
+        for name, array in zip(call.output_names, call.outputs):
+            finite = _stats(op.outputs, name, array).add(array)[0]
+            if finite or counted:
+                continue
+            counted = True
+            op.nonfinite_output_calls += 1
+            event = NonFinite(op.site.name, held.number, "output", name, *first_nonfinite(array), held.inputs_finite)
+            if _first(op.first_nonfinite_output, held.inputs_finite):
+                op.first_nonfinite_output = NonFiniteSeen(self._sequence, event)
+                if held.inputs_finite:
+                    self._keep(op, NONFINITE_OUTPUT, held)
+
+    def _keep(self, op: OpRecord, reason: str, held: HeldCall | None) -> None:
+        """Keep `held`'s inputs (copied) for `reason`, in place of the call kept for it before; None: a call whose
+        inputs were let go before its gradient came (too many calls since, or the memory limit)."""
+        if held is None:
+            self.calls_not_kept += 1
+            return
+        previous = op.kept.pop(reason, None)
+        if previous is not None:
+            previous.reasons.remove(reason)
+            if not previous.reasons:
+                self.kept_bytes -= previous.nbytes
+        same = next((kept for kept in op.kept.values() if kept.number == held.number), None)
+        if same is not None:
+            same.reasons.append(reason)
+            op.kept[reason] = same
+            return
+        if self.kept_bytes + held.nbytes > self.memory_limit:
+            self.calls_not_kept += 1
+            return
+        arrays = [np.array(array, copy=True) for array in held.call.inputs]
+        shapes = tuple(tuple(array.shape) for array in arrays)
+        kept = KeptCall(held.number, [reason], held.call.call, held.call.arguments(arrays), shapes, held.nbytes)
+        op.kept[reason] = kept
+        self.kept_bytes += held.nbytes
+
+    def _hold(self, op: OpRecord, call_id: int, held: HeldCall) -> None:
+        """Hold a call's inputs until its gradient comes: the last HELD_CALLS of each op, within the memory limit."""
+        op.held[call_id] = held
+        self.held_bytes += held.nbytes
+        if len(op.held) > HELD_CALLS:
+            self.held_bytes -= op.held.popitem(last=False)[1].nbytes
+        for other in self.ops.values():
+            while self.kept_bytes + self.held_bytes > self.memory_limit and other.held:
+                oldest = next(iter(other.held))
+                if oldest == call_id:
+                    break
+                self.held_bytes -= other.held.pop(oldest).nbytes
+
+
+def _stats(table: dict[str, ValueStats], name: str, array: np.ndarray) -> ValueStats:
+    stats = table.get(name)
+    if stats is None:
+        stats = table[name] = ValueStats(name, str(array.dtype))
+    return stats
+
+
+def _first(current: NonFiniteSeen | None, from_finite: bool) -> bool:
+    """Whether a new non-finite event replaces `current` as the op's first: none yet, or the first from finite
+    inputs after only non-finite ones."""
+    return current is None or (from_finite and not current.event.from_finite)
