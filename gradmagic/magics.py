@@ -38,8 +38,16 @@ def _option(trait: type, name: str, help: str):
 
 
 def _check_arguments(magic):
-    """--rtol, --atol, --eps, --order, --graph/--no-graph, --backends, --surrogate, shared by both magics (defaults:
-    the traits)."""
+    """--rtol, --atol, --eps, --order, --graph/--no-graph, --sweep, --backends, --surrogate, shared by both magics
+    (defaults: the traits)."""
+    magic = magic_arguments.argument(
+        "--sweep",
+        action="store_true",
+        default=None,
+        help="Also compute the sweep with this check (full mode: a scalar input, or an input the op is element-wise "
+        "in, swept; the output and its derivative three ways drawn along it), so that the saved notebook shows it. "
+        "Without it the live report's Sweep computes it when asked (default: %%config GradientMagics.sweep).",
+    )(magic)
     magic = magic_arguments.argument(
         "--surrogate",
         action="store_true",
@@ -545,8 +553,8 @@ class GradientMagics(Magics):
 
     def _settings(self, options, framework: str) -> CheckOptions:
         """The check's options: the line's over the `%config` traits' (an OptionError naming a bad one)."""
-        line = {name: getattr(options, name) for name in ("rtol", "atol", "eps", "order", "graph")}
-        configured = {name: getattr(self, name) for name in ("full_threshold", "probes", "seed", "sweep")}
+        line = {name: getattr(options, name) for name in ("rtol", "atol", "eps", "order", "graph", "sweep")}
+        configured = {name: getattr(self, name) for name in ("full_threshold", "probes", "seed")}
         try:
             return CheckOptions(
                 framework=framework,

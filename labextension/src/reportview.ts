@@ -142,13 +142,34 @@ export function keyFigures(report: IReport): string {
 }
 
 /** A <details> section that opens as `open` says, unless the user toggled it (kept in `state`). */
-function section(parent: Element, title: string, name: string, open: boolean, state?: ViewState): HTMLElement {
+function section(
+  parent: Element,
+  title: string,
+  name: string,
+  open: boolean,
+  state?: ViewState
+): HTMLDetailsElement {
   const details = element('details', `jp-gradmagic-section jp-gradmagic-${name}`, undefined, parent);
   details.dataset.section = name;
   details.open = state?.opened.get(name) ?? open;
   element('summary', undefined, title, details);
   details.addEventListener('toggle', () => state?.opened.set(name, details.open));
   return details;
+}
+
+/** Run `fill` once: now if `details` is open, else when it first opens. */
+function whenOpen(details: HTMLDetailsElement, fill: () => void): void {
+  if (details.open) {
+    fill();
+    return;
+  }
+  const opened = (): void => {
+    if (details.open) {
+      details.removeEventListener('toggle', opened);
+      fill();
+    }
+  };
+  details.addEventListener('toggle', opened);
 }
 
 /** A table with a head row; `numeric` columns are right-aligned in tabular figures. */
@@ -545,8 +566,9 @@ export function reportView(
   numerics(report, details, state);
   shapes(report, details, state);
   sweepSection(report, details, live, state);
+  // Drawn when first opened: a graph of hundreds of nodes costs more than the rest of the report, folded or not.
   const graphBody = section(details, 'Gradient graph', 'graph-section', false, state);
-  graph(report, graphBody);
+  whenOpen(graphBody, () => graph(report, graphBody));
   notes(report, details, state);
   timings(report, details);
   return root;

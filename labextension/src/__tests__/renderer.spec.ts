@@ -60,6 +60,15 @@ const python: Record<
 > = JSON.parse(fs.readFileSync(path.join(folder, 'python-renderers.txt'), 'utf8'));
 const BACKWARD_LANE: NodeRole[] = ['upstream', 'backward', 'downstream'];
 
+/** The report's view with its (lazily drawn) gradient graph section opened, as a user opens it. */
+function withGraph(report: IReport): HTMLElement {
+  const view = reportView(report);
+  const section = view.querySelector('.jp-gradmagic-graph-section') as HTMLDetailsElement;
+  section.open = true;
+  section.dispatchEvent(new Event('toggle'));
+  return view;
+}
+
 /** The centre of each drawn node's box, in SVG pixels, by node id. */
 function drawnCentres(view: Element): Map<string, { x: number; y: number }> {
   const centres = new Map<string, { x: number; y: number }>();
@@ -192,7 +201,7 @@ describe.each(names)('report %s', name => {
   });
 
   test('draws the nodes and edges the Python drawing draws, name scopes folded, saved tensors marked', () => {
-    const view = reportView(report);
+    const view = withGraph(report);
     const drawn = view.querySelector('.jp-gradmagic-graph') as HTMLElement | null;
     if (!report.graph) {
       expect(drawn).toBeNull();
@@ -222,7 +231,7 @@ describe.each(names)('report %s', name => {
       return;
     }
     const positions = report.graph.layout!.positions;
-    const centres = drawnCentres(reportView(report));
+    const centres = drawnCentres(withGraph(report));
     expect([...centres.keys()].sort()).toEqual(Object.keys(positions).sort());
     for (const [id, centre] of centres) {
       const expected = placeOf(positions[id]);
@@ -315,7 +324,7 @@ test('a graph from a report saved before schema 1.5 (no layout) shows a one-line
   expect(layout).toBeTruthy();
   const older: IReport = { ...fixtures.log1pexp, version: '1.4', graph: graph as IGraph };
   expect(readReport(older)).toBe(older);
-  const view = reportView(older);
+  const view = withGraph(older);
   expect(view.querySelector('.jp-gradmagic-graph')).toBeNull();
   expect(view.querySelector('.jp-gradmagic-graph-note')!.textContent).toBe(NO_LAYOUT);
   expect(NO_LAYOUT).toContain('re-run the cell');
@@ -542,6 +551,7 @@ test('an edge with bend points is drawn through them, rounded, from box to box',
   expect(d.match(/Q/g)!.length).toBe(2);
   const routes = fixtures.log1pexp.graph!.layout!.routes ?? [];
   const view = graphView(fixtures.log1pexp.graph!);
+  expect(reportView(fixtures.log1pexp).querySelector('.jp-gradmagic-graph')).toBeNull(); // drawn when opened
   for (const route of routes) {
     const edge = view.querySelector(`.jp-gradmagic-edge[data-source="${route.source}"][data-target="${route.target}"]`)!;
     expect(edge.querySelector('.jp-gradmagic-stroke')!.getAttribute('d')).toContain('Q');
