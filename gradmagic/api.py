@@ -44,7 +44,7 @@ class CheckContext:
         report = checking.check(self.op, tuple(args), kwargs, self.options, step, name_source=source_label)
         if self.options.backends:
             step(0.9, "other backends")
-            report = portability.with_backends(report, self.op, tuple(args), kwargs, self.options)
+            report = portability.with_backends(report, self.op, tuple(args), kwargs, self.options, source_label)
         step(1.0, "done")
         contexts.remember(report, self)
         return report

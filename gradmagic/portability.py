@@ -55,11 +55,24 @@ def installed(backend: str) -> bool:
     return importlib.util.find_spec(PACKAGES[backend].module) is not None
 
 
-def with_backends(report: Report, op: Callable, args: tuple, kwargs: dict, options: CheckOptions) -> Report:
+def with_backends(
+    report: Report,
+    op: Callable,
+    args: tuple,
+    kwargs: dict,
+    options: CheckOptions,
+    name_source: Callable[[str | None], str | None] | None = None,
+) -> Report:
     """`report` (of the check on this process's Keras backend) with the check on every other backend of
-    `options.backends`: a verdict per backend, and each failing backend's first error among the problems."""
+    `options.backends`: a verdict per backend, and each failing backend's first error among the problems.
+    `name_source` names the files the other backends' problems point at as the user knows them ("Cell In[3]")."""
     started = time.perf_counter()
     results = check_backends(op, args, kwargs, options, here=(report.op.backend, report))
+    if name_source is not None:
+        results = tuple(
+            dataclasses.replace(result, problems=tuple(_relabelled(p, name_source) for p in result.problems))
+            for result in results
+        )
     others = tuple(result for result in results if result.backend != report.op.backend)
     return dataclasses.replace(
         report,
@@ -128,6 +141,16 @@ def summary_problems(results: tuple[BackendResult, ...]) -> list[Problem]:
         elif result.verdict == "unavailable":
             problems.append(Problem("backend-unavailable", "info", f"Not checked on {name}: {result.note}"))
     return problems
+
+
+def _relabelled(problem: Problem, name_source: Callable[[str | None], str | None]) -> Problem:
+    """`problem` with the file its location names as the user knows it (the cell's `Cell In[3]`)."""
+    location = problem.location
+    if location is None or location.filename is None:
+        return problem
+    return dataclasses.replace(
+        problem, location=dataclasses.replace(location, filename=name_source(location.filename) or location.filename)
+    )
 
 
 def _result(backend: str, report: Report, seconds: float) -> BackendResult:

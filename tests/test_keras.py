@@ -143,6 +143,7 @@ def test_jax_and_tensorflow_form_fails_on_pytorch_only(knb):
     torch_problem = next(result for result in report.backends if result.backend == "torch").problems[0]
     assert "`grad(*inputs, upstream=upstream)`" in torch_problem.message and PORTABLE_FORM in torch_problem.message
     assert torch_problem.location.line == 4  # the cell's own line, though it ran in another process
+    assert torch_problem.location.filename.startswith("Cell In[")  # named as the user knows the cell
     # The verdict of the op fails and names the backend and the cause.
     assert not report.ok
     summary = problem(report, "backend-fails")
