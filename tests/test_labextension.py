@@ -93,3 +93,21 @@ def test_jupyter_lists_the_built_extension_enabled_and_ok():
     listing = (result.stdout + result.stderr).replace("\x1b[32m", "").replace("\x1b[0m", "")
     line = next((line for line in listing.splitlines() if line.strip().startswith("gradmagic ")), "")
     assert "enabled" in line and "OK" in line, listing
+
+
+def test_a_wheel_built_here_carries_the_extension_and_the_live_view(tmp_path):
+    """`python -m build` works with what ./dev installs, and the wheel needs nothing built after `pip install`."""
+    import zipfile
+
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = tmp_path.glob("gradmagic-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "gradmagic/static/widget.js" in names and "gradmagic/static/widget.css" in names
+    assert any(name.endswith("share/jupyter/labextensions/gradmagic/package.json") for name in names)
+    assert "gradmagic/schema/report.schema.json" in names

@@ -1,5 +1,6 @@
 """The Report contract: JSON Schema, round trip, non-finite numbers, and renderers that escape user text."""
 
+import dataclasses
 import json
 
 import jsonschema
@@ -74,3 +75,22 @@ def test_user_text_is_escaped_in_html():
     bundle, metadata = report_bundle(report)  # no kernel here: no widget
     assert set(bundle) == {MIME_TYPE, "text/plain", "text/html"} and bundle["text/html"] == html and not metadata
     assert MIME_TYPE == "application/vnd.gradmagic.report+json" and bundle[MIME_TYPE] == report.to_dict()
+
+
+def test_the_verdict_names_each_backend_and_never_passes_over_one_not_checked():
+    from gradmagic.render import headline
+
+    report = report_fixtures.reports()["keras_backends"]
+    assert headline(report) == "fails on PyTorch; passes on TensorFlow, JAX"
+    unchecked = dataclasses.replace(
+        report,
+        problems=(),
+        backends=tuple(
+            b if b.backend == "tensorflow" else dataclasses.replace(b, verdict="unavailable", problems=())
+            for b in report.backends
+        ),
+    )
+    assert unchecked.verdict == "pass"
+    assert headline(unchecked) == "passes on TensorFlow; not checked on JAX, PyTorch"
+    assert render_text(unchecked).startswith("keras_log1pexp(x) passes on TensorFlow; not checked on JAX, PyTorch")
+    assert "passes on TensorFlow; not checked on JAX, PyTorch" in render_html(unchecked)
