@@ -41,7 +41,12 @@ def build_graph(raw: RawGraph, output_names: list[str], gradient_names: list[str
     ]
     needed = _ancestors([resolve(t) for *_, t in terminals], ops, resolve, keep) if fold else set(ops)
 
-    roles = {name: _role(ops[name], ops, resolve) for name in needed}
+    consumers: dict[str, list[str | None]] = {}  # op -> the scopes of the ops that read its (resolved) outputs
+    for other in ops.values():
+        for tensor in other.inputs:
+            consumers.setdefault(resolve(tensor)[0], []).append(other.scope)
+    roles = {name: _role(ops[name], consumers.get(name, [])) for name in needed}
+    order = {name: k for k, name in enumerate(ops)}
     nodes = [
         GraphNode(
             name,
@@ -52,7 +57,7 @@ def build_graph(raw: RawGraph, output_names: list[str], gradient_names: list[str
             tuple(dtype for _, dtype in ops[name].outputs),
             ops[name].line,
         )
-        for name in sorted(needed, key=list(ops).index)
+        for name in sorted(needed, key=order.__getitem__)
     ]
     edges: dict[tuple[str, str, int], GraphEdge] = {}
     saved: dict[tuple[str, int], int | None] = {}
@@ -113,14 +118,14 @@ def _ancestors(starts: list[tuple[str, int]], ops: dict[str, RawOp], resolve, ke
     return needed
 
 
-def _role(op: RawOp, ops: dict[str, RawOp], resolve) -> str:
+def _role(op: RawOp, consumer_scopes: list[str | None]) -> str:
     if op.kind in ("input", "upstream", "variable"):
         return op.kind
     if op.scope in ("forward", "backward"):
         return op.scope
-    # A captured tensor (a constant array closed over by the op) takes the lane of its first consumer.
-    consumers = [other.scope for other in ops.values() if any(resolve(t)[0] == op.name for t in other.inputs)]
-    return "backward" if consumers and all(scope == "backward" for scope in consumers) else "forward"
+    # A captured tensor (a constant array closed over by the op) takes the lane of its consumers.
+    backward = consumer_scopes and all(scope == "backward" for scope in consumer_scopes)
+    return "backward" if backward else "forward"
 
 
 def _scalar_constant(op: RawOp) -> bool:

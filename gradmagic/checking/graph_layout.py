@@ -31,6 +31,8 @@ BACKWARD_LANE = ("upstream", "backward", "downstream")
 BAND = 16
 #: Above this many nodes, name scopes are folded.
 MAX_NODES = 200
+#: Edges are routed round other nodes in drawings of up to this many nodes (a larger one reads as a picture only).
+MAX_ROUTED = 600
 #: A node's box, as the drawings draw it, in layout units (a layer is 150 px wide, a row 54 px high): half its
 #: height, and half the widest box (labels are cut to fit).
 BOX_HALF_HEIGHT = 17 / 54
@@ -50,29 +52,51 @@ def graph_layout(graph: Graph) -> GraphLayout:
     scopes = fold_scopes(graph) if len(graph.nodes) > MAX_NODES else ()
     drawn = graph.folded(scopes)
     placed = positions(drawn)
-    return GraphLayout(placed, scopes, routes(drawn, placed))
+    return GraphLayout(placed, scopes, routes(drawn, placed) if len(drawn.nodes) <= MAX_ROUTED else ())
 
 
 def routes(graph: Graph, placed: dict[str, tuple[float, float]]) -> tuple[GraphRoute, ...]:
     """For each edge whose straight line would pass through another node's box: bend points through the gaps between
     rows and columns (the shortest clear path of a few shapes), so that no edge runs through a label. Others are
     drawn straight."""
-    ids = list(placed)
-    centres = np.array([placed[node_id] for node_id in ids], dtype=float).reshape(-1, 2)
-    index = {node_id: k for k, node_id in enumerate(ids)}
+    boxes = _Boxes(placed)
     found = []
     for edge in graph.edges:
-        if edge.source not in index or edge.target not in index:
+        if edge.source not in placed or edge.target not in placed:
             continue
         start, end = placed[edge.source], placed[edge.target]
-        others = np.delete(centres, [index[edge.source], index[edge.target]], axis=0)
-        if path_clear([start, end], others):
+        ends = {edge.source, edge.target}
+        if boxes.clear([start, end], ends):
             continue
         for bends in sorted(_detours(start, end), key=lambda bends: _length([start, *bends, end])):
-            if path_clear([start, *bends, end], others):
+            if boxes.clear([start, *bends, end], ends):
                 found.append(GraphRoute(edge.source, edge.target, tuple(bends)))
                 break
     return tuple(found)
+
+
+class _Boxes:
+    """The node boxes, found by the unit cell of the layout they sit in: a segment is tested against the boxes of
+    the cells it crosses only (a graph of thousands of nodes routes in linear time)."""
+
+    def __init__(self, placed: dict[str, tuple[float, float]]):
+        self.cells: dict[tuple[int, int], list[tuple[str, float, float]]] = defaultdict(list)
+        for node_id, (x, y) in placed.items():
+            self.cells[(math.floor(x), math.floor(y))].append((node_id, x, y))
+
+    def clear(self, path: list[tuple[float, float]], ignored: set[str]) -> bool:
+        """Whether the polyline `path` stays out of every box but those of `ignored`."""
+        for (x0, y0), (x1, y1) in zip(path, path[1:]):
+            near = [
+                (x, y)
+                for cx in range(math.floor(min(x0, x1) - 1), math.floor(max(x0, x1) + 1) + 1)
+                for cy in range(math.floor(min(y0, y1) - 1), math.floor(max(y0, y1) + 1) + 1)
+                for node_id, x, y in self.cells.get((cx, cy), ())
+                if node_id not in ignored
+            ]
+            if near and not path_clear([(x0, y0), (x1, y1)], np.array(near)):
+                return False
+        return True
 
 
 def _detours(start: tuple[float, float], end: tuple[float, float]) -> list[list[tuple[float, float]]]:
@@ -94,21 +118,23 @@ def _length(path: list[tuple[float, float]]) -> float:
 
 
 def path_clear(path: list[tuple[float, float]], boxes: np.ndarray) -> bool:
-    """Whether the polyline `path` stays out of every node box centred at `boxes` ([K, 2]): sampled every 0.05
-    layout units, against the boxes near each segment."""
-    for (x0, y0), (x1, y1) in zip(path, path[1:]):
-        near = boxes[
-            (boxes[:, 0] > min(x0, x1) - BOX_HALF_WIDTH)
-            & (boxes[:, 0] < max(x0, x1) + BOX_HALF_WIDTH)
-            & (boxes[:, 1] > min(y0, y1) - BOX_HALF_HEIGHT)
-            & (boxes[:, 1] < max(y0, y1) + BOX_HALF_HEIGHT)
-        ]
-        if not near.size:
-            continue
-        along = np.linspace(0.0, 1.0, max(2, int(max(abs(x1 - x0), abs(y1 - y0)) / 0.05)) + 1)[:, None]
-        xs, ys = x0 + (x1 - x0) * along, y0 + (y1 - y0) * along
-        inside = (np.abs(xs - near[:, 0]) < BOX_HALF_WIDTH) & (np.abs(ys - near[:, 1]) < BOX_HALF_HEIGHT)
-        if inside.any():
+    """Whether the polyline `path` stays out of every node box centred at `boxes` ([K, 2]): each segment clipped
+    against every box at once (Liang and Barsky's slabs)."""
+    if not len(boxes):
+        return True
+    half = np.array([BOX_HALF_WIDTH, BOX_HALF_HEIGHT])
+    for start, end in zip(path, path[1:]):
+        start, direction = np.asarray(start, float), np.subtract(end, start, dtype=float)
+        low, high = boxes - half - start, boxes + half - start  # [K, 2]: the slabs, relative to the segment's start
+        with np.errstate(divide="ignore", invalid="ignore"):
+            near, far = low / direction, high / direction
+        parallel = direction == 0  # along an axis: inside that slab for the whole segment, or never
+        inside = (low < 0) & (high > 0)
+        enter = np.where(parallel, np.where(inside, -np.inf, np.inf), np.minimum(near, far))
+        leave = np.where(parallel, np.where(inside, np.inf, -np.inf), np.maximum(near, far))
+        first = np.maximum(enter.max(axis=1), 0.0)
+        last = np.minimum(leave.min(axis=1), 1.0)
+        if np.any(first < last):
             return False
     return True
 
@@ -178,7 +204,7 @@ def positions(graph: Graph) -> dict[str, tuple[float, float]]:
 
     band_height = {
         lane: 1 + max((len(m) for (lane_, _), m in cells.items() if lane_ == lane), default=1)
-        for lane in lanes.values()
+        for lane in set(lanes.values())
     }
     forward_bands = widths["forward"] // BAND + 1
     placed = {}

@@ -244,7 +244,8 @@ class TensorFlowAdapter(Adapter):
         ops = [raw_op(op, target.filename, placeholders, variables) for op in graph.get_operations()]
         flat = [(t.op.name, t.value_index) for t in concrete.outputs]
         count = len(tf.nest.flatten(concrete.structured_outputs[0]))
-        outputs, gradients = concrete(list(layout.inputs), list(upstreams))
+        with _unoptimised(len(ops) > OPTIMISED_OPS):
+            outputs, gradients = concrete(list(layout.inputs), list(upstreams))
         dtype = building.z_dtype(layout, list(layout.inputs))
         run = Vjps(
             building.flat_outputs(outputs, dtype).numpy()[None],
@@ -310,6 +311,26 @@ class KerasTensorFlowAdapter(TensorFlowAdapter):
 
 
 # -- the pieces of the compiled functions --------------------------------------------------------------------------
+
+
+#: Above this many ops, the gradient graph runs without Grappler's optimisation on its first (and only) run: at
+#: thousands of ops Grappler takes tens of seconds (44 s for a 1,000-op chain and its tape, measured), more than the
+#: run itself; what is compared (Python-side state, graph-only failures) does not depend on it.
+OPTIMISED_OPS = 2000
+
+
+@contextlib.contextmanager
+def _unoptimised(unoptimised: bool):
+    """Grappler off for the functions first run inside (TensorFlow's options are global: put back after)."""
+    if not unoptimised:
+        yield
+        return
+    before = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({**before, "disable_meta_optimizer": True})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({**before, "disable_meta_optimizer": before.get("disable_meta_optimizer", False)})
 
 
 #: The key in an op's cache (`cache_of`) counting its checks.
