@@ -124,7 +124,14 @@ def test_one_element_in_a_thousand_off_by_ten_percent_is_located():
         e = tf.exp(x)
         return tf.math.log(1 + e), lambda dy: dy * (1 - 1 / (1 + e)) * bump
 
-    report = gradmagic.check(tf.custom_gradient(one_wrong), tf.constant(RNG.standard_normal(1000).astype(np.float32)))
+    x = tf.constant(RNG.standard_normal(1000).astype(np.float32))
+    # Above full_threshold (256 by default), projection mode locates it in a few evaluations.
+    projected = gradmagic.check(tf.custom_gradient(one_wrong), x)
+    assert projected.numerics.mode == "projection" and projected.codes() == ["fd-mismatch"]
+    assert problem(projected, "fd-mismatch").location.index == (417,)
+    assert projected.numerics.worst[0].custom == pytest.approx(1.1 * projected.numerics.worst[0].numerical, rel=1e-3)
+    # Dense Jacobians, asked for, name the Jacobian element.
+    report = gradmagic.check(tf.custom_gradient(one_wrong), x, full_threshold=1000)
     found = problem(report, "fd-mismatch")
     assert report.numerics.mode == "full"
     assert "at 1 of 1000000 Jacobian elements" in found.message

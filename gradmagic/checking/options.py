@@ -24,7 +24,7 @@ class CheckOptions:
     rtol: float | None = None  # relative tolerance; None: by dtype (float64 1e-5, float32 2e-2)
     atol: float | None = None  # absolute tolerance; None: by dtype (float64 1e-8, float32 1e-3)
     eps: float | None = None  # relative finite-difference step; None: machine epsilon ** (1/3)
-    full_threshold: int = 2000  # perturbed elements up to which dense Jacobians are compared
+    full_threshold: int = 256  # perturbed elements up to which dense Jacobians are compared
     probes: int = 4  # projection mode: random directions
     seed: int = 0  # random upstream gradients and directions
     float64: bool = True  # run finite differences in float64 when the op accepts it
