@@ -15,15 +15,19 @@ from gradmagic.report import Surrogate, element_label
 
 
 def take_own_precision(run: CheckRun) -> bool:
-    """The one own-precision call, kept in `run.own_precision`; `graph-mismatch` (False) when it fails."""
-    adapter, layout, findings = run.adapter, run.layout, run.findings
+    """The own-precision products, kept in `run.own_precision`: the trial's upstream with autodiff (and in full mode
+    the Jacobians), and the linearity probes through the custom gradient alone; `graph-mismatch` (False) when they
+    fail."""
+    adapter, layout = run.adapter, run.layout
     z = run.z(layout)
-    rows = np.concatenate(
-        [flat_upstream(run, z.dtype)[None], linearity.probes(run.rows.size, run.options.seed, z.dtype)]
-    )
+    upstream = flat_upstream(run, z.dtype)
     full = run.options.numbers and run.columns.size <= run.options.full_threshold
     try:
-        run.own_precision = OwnPrecision(adapter.vjps(run.target, layout, z[None], rows, jacobian=full))
+        trial = adapter.vjps(run.target, layout, z[None], upstream[None], jacobian=full)
+        probes = adapter.vjps(
+            run.target, layout, z[None], linearity.probes(upstream, run.options.seed), autodiff=False
+        )
+        run.own_precision = OwnPrecision(trial, probes)
     except Exception as error:  # the framework's own error about the user's op
         report_compiled_failure(run, error)
         return False
@@ -34,7 +38,7 @@ def _gradient_has_the_inputs_size(run: CheckRun) -> bool:
     """`grad-shape` (False) when the gradient taken through the custom gradients a composite reaches has another
     number of elements than its inputs: one of them returned a gradient of the wrong shape, which the framework passed
     on unchecked (a decorated op's gradients were checked one by one before)."""
-    found, columns = run.own_precision.vjps.custom.shape[-1], run.columns
+    found, columns = run.own_precision.trial.custom.shape[-1], run.columns
     if found == columns.size:
         return True
     inputs = ", ".join(f"`{name}` {list(shape)}" for name, shape in zip(columns.names, columns.shapes))

@@ -46,23 +46,23 @@ class Linearity:
     expected: float = 0.0
 
 
-def probes(size: int, seed: int, dtype: np.dtype) -> np.ndarray:
-    """[ROWS, size]: the upstream vectors of the linearity probe."""
-    rows = np.empty((ROWS, size), dtype)
+def probes(u1: np.ndarray, seed: int) -> np.ndarray:
+    """[ROWS - 1, size]: the upstream vectors of the linearity probe after u1 (the check's random upstream, whose
+    gradient the check takes anyway): u2, A u1 + B u2, then u1 at each scale."""
+    rows = np.empty((ROWS - 1, u1.size), u1.dtype)
     drawn = rows.dtype if rows.dtype in (np.float32, np.float64) else np.float64  # what NumPy draws in directly
-    # Uniform in [-1, 1): three times cheaper to draw than normal numbers at millions of elements, as random.
-    rows[:2] = np.random.default_rng([seed, 3]).random((2, size), dtype=drawn) * 2 - 1
-    u1, u2 = rows[0], rows[1]
-    np.multiply(u1, A, out=rows[2])
-    rows[2] += B * u2
+    # Uniform in [-1, 1), as u1: three times cheaper to draw than normal numbers at millions of elements.
+    rows[0] = np.random.default_rng([seed, 3]).random(u1.size, dtype=drawn) * 2 - 1
+    np.multiply(u1, A, out=rows[1])
+    rows[1] += B * rows[0]
     with np.errstate(over="ignore"):  # float16 cannot hold the millionfold: infinite there, as the cast gave before
-        for row, scale in zip(rows[3:], SCALES):
+        for row, scale in zip(rows[2:], SCALES):
             np.multiply(u1, scale, out=row)
     return rows
 
 
 def judge(gradients: np.ndarray) -> Linearity:
-    """The linearity of the custom gradient from its values at the `probes` rows ([ROWS, N])."""
+    """The linearity of the custom gradient from its values at u1 and the `probes` rows ([ROWS, N])."""
     g1, g2, combined, *scaled = gradients
     if not np.isfinite(gradients).all():
         return Linearity(None)

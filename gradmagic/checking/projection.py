@@ -632,7 +632,7 @@ def _report_autodiff(run: CheckRun, layout: Layout, prober: Prober) -> None:
     """autodiff-nonfinite: the framework's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
     custom, autodiff = prober.custom, prober.autodiff
     if layout is not run.layout:  # in the op's own precision: the trial's random upstream, taken by `compiled.py`
-        own = run.own_precision.vjps if run.own_precision is not None else None
+        own = run.own_precision.trial if run.own_precision is not None else None
         if own is None:
             z = run.z(run.layout)
             own = run.adapter.vjps(run.target, run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])

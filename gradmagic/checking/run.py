@@ -17,7 +17,7 @@ import numpy as np
 
 from gradmagic.checking.differences import Axis, coarser
 from gradmagic.checking.findings import Findings
-from gradmagic.checking.linearity import ROWS, Linearity
+from gradmagic.checking.linearity import Linearity
 from gradmagic.checking.options import CheckOptions
 from gradmagic.checking.side_effects import StateWatch
 from gradmagic.frameworks.base import Adapter, Layout, RawGraph, Target, TensorMeta, Vjps
@@ -51,32 +51,33 @@ class Trial:
 
 @dataclass(frozen=True)
 class OwnPrecision:
-    """The vector-Jacobian products at the example point in the op's own precision, taken in one compiled call:
-    for the trial's upstream (row 0), the linearity probes (`linearity.probes`), then, in full mode, every one-hot
-    upstream (the Jacobian)."""
+    """The vector-Jacobian products at the example point in the op's own precision: for the trial's upstream (u1),
+    through the custom gradient and autodiff, then in full mode every one-hot upstream (the Jacobian); and, custom
+    only, for the other linearity probes (`linearity.probes`)."""
 
-    vjps: Vjps
+    trial: Vjps
+    probes: Vjps
 
     @property
     def outputs(self) -> np.ndarray:
-        return self.vjps.outputs[0]
+        return self.trial.outputs[0]
 
     @property
     def trial_gradient(self) -> np.ndarray:
-        return self.vjps.custom[0, 0]
+        return self.trial.custom[0, 0]
 
     @property
     def probe_gradients(self) -> np.ndarray:
-        return self.vjps.custom[0, 1 : 1 + ROWS]
+        """[ROWS, N]: the custom gradient at u1, then at each probe."""
+        return np.concatenate([self.trial.custom[0, :1], self.probes.custom[0]])
 
     @property
     def jacobian(self) -> Vjps | None:
         """The custom and autodiff Jacobians ([1, M, N]), when they were taken."""
-        first = 1 + ROWS
-        if self.vjps.custom.shape[1] == first:
+        if self.trial.custom.shape[1] == 1:
             return None
-        autodiff = None if self.vjps.autodiff is None else self.vjps.autodiff[:, first:]
-        return Vjps(self.vjps.outputs, self.vjps.custom[:, first:], autodiff)
+        autodiff = None if self.trial.autodiff is None else self.trial.autodiff[:, 1:]
+        return Vjps(self.trial.outputs, self.trial.custom[:, 1:], autodiff)
 
 
 @dataclass
