@@ -95,6 +95,22 @@ def _check_arguments(magic):
     return magic
 
 
+def _unchanged_op(previous, function, adapter):
+    """`previous` (the op the cell made when it last ran) if the cell ran again unchanged: the op keeps its traces."""
+    raw = getattr(previous, "_gradmagic_function", None)
+    info = info_of(previous)
+    if raw is None or info is None or info.framework != adapter.name or not adapter.keeps_unchanged_ops:
+        return None
+    return previous if source.unchanged_definition(raw, function, adapter.by_reference) else None
+
+
+def _new_op(function, adapter):
+    op = adapter.decorate(function)
+    if adapter.keeps_unchanged_ops:
+        source.remember_definition(function, adapter.by_reference)
+    return op
+
+
 @magics_class
 class GradientMagics(Magics):
     """Magics to write and check custom gradients; settings via `%config GradientMagics`."""
@@ -255,13 +271,14 @@ class GradientMagics(Magics):
             raise UsageError(self._syntax_error_message(error)) from None
 
         namespace = self.shell.user_ns
+        previous = namespace.get(compiled.name)
         try:
             with source.UnchangedOnFailure(namespace):
                 function = self._run_cell(compiled, namespace)
                 signature = inspect.signature(function)
                 if examples:
                     example_inputs.check_names(examples, signature, compiled.name)
-                op = adapter.decorate(function)
+                op = _unchanged_op(previous, function, adapter) or _new_op(function, adapter)
                 attach(
                     op,
                     OpInfo(

@@ -188,3 +188,133 @@ class UnchangedOnFailure:
                 if self.namespace.get(key, _MISSING) is not value:
                     self.namespace[key] = value
         return False
+
+
+# -- an unchanged cell keeps its op --------------------------------------------------------------------------------
+
+_DEFINITION = "definition pinned"  # the key of a function's pinned definition in its cache (`frameworks.cache`)
+_PINNED_DEPTH = 4  # how deep the functions and containers a definition reads are followed
+_PINNED_SIZE = 10_000  # the most elements of a container or array pinned by value
+
+
+class _Same:
+    """A value pinned by identity: a module, a class, a framework's immutable tensor or its variable (read when
+    called, by reference when traced). Holds the value, so its id cannot be reused while the pin lives."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    __hash__ = None
+
+
+class _Unpinned(Exception):
+    """The definition reads a value whose sameness cannot be told cheaply (a mutable object, a large array)."""
+
+
+def remember_definition(function: types.FunctionType, by_reference) -> None:
+    """Note what `function`'s behaviour depends on besides its arguments (see `unchanged_definition`).
+
+    `by_reference(value)` tells a framework's values that are pinned by
+    identity (immutable tensors, variables)."""
+    from gradmagic.frameworks.cache import cache_of
+
+    cache_of(function)[_DEFINITION] = _pin_definition(function, by_reference)
+
+
+def unchanged_definition(previous: types.FunctionType, function: types.FunctionType, by_reference) -> bool:
+    """Whether `function` (a cell run again) behaves as `previous` (its last run) did when it was defined: the same
+    code objects (`compile_cell` returns them for the same cell), the same defaults, and every global it or the
+    functions it calls read the same value (by value for numbers, strings and small arrays; by identity for modules,
+    classes and the framework's tensors and variables). Then the previous op, with its traces, can serve again: a
+    trace bakes in the Python values read while tracing, so any other value it reads, or one whose sameness cannot be
+    told cheaply (a list, an object of the user's), makes the cell a new op."""
+    from gradmagic.frameworks.cache import cache_of
+
+    if previous.__code__ is not function.__code__ or previous.__globals__ is not function.__globals__:
+        return False
+    remembered = cache_of(previous).get(_DEFINITION)
+    return remembered is not None and remembered == _pin_definition(function, by_reference)
+
+
+def _pin_definition(function: types.FunctionType, by_reference) -> tuple | None:
+    try:
+        return _pin(function, by_reference, _PINNED_DEPTH, set())
+    except (_Unpinned, RecursionError):
+        return None
+
+
+def _pin(value, by_reference, depth: int, seen: set):
+    """A token equal for values that behave the same (raises `_Unpinned`)."""
+    if value is None or isinstance(value, (bool, int, str, bytes, complex)):
+        return (type(value), value)
+    if isinstance(value, float):
+        return (float, repr(value))  # nan equals itself, -0.0 differs from 0.0
+    if isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType)) or by_reference(value):
+        return _Same(value)
+    if depth <= 0 or id(value) in seen:
+        raise _Unpinned
+    seen = seen | {id(value)}
+    if isinstance(value, (tuple, list, frozenset)):  # a list by value: what the definition reads from it now
+        if len(value) > _PINNED_SIZE:
+            raise _Unpinned
+        items = sorted(value, key=repr) if isinstance(value, frozenset) else value
+        return (type(value), tuple(_pin(item, by_reference, depth - 1, seen) for item in items))
+    if isinstance(value, dict):
+        if len(value) > _PINNED_SIZE:
+            raise _Unpinned
+        return (dict, tuple((_pin(k, by_reference, 0, seen), _pin(v, by_reference, depth - 1, seen)) for k, v in value.items()))
+    if isinstance(value, functools.partial):
+        return (functools.partial, _pin((value.func, value.args, value.keywords), by_reference, depth, seen))
+    if isinstance(value, types.MethodType):
+        return (types.MethodType, _Same(value.__self__), _pin(value.__func__, by_reference, depth - 1, seen))
+    if isinstance(value, types.FunctionType):
+        return _pin_function(value, by_reference, depth, seen)
+    if type(value).__module__ == "numpy":
+        return _pin_numpy(value)
+    raise _Unpinned
+
+
+def _pin_function(function: types.FunctionType, by_reference, depth: int, seen: set) -> tuple:
+    """A function: its code, defaults and closure, and the globals its code (inner functions included) reads."""
+    closure = tuple(cell.cell_contents for cell in function.__closure__ or ())
+    pinned = [
+        _Same(function.__code__),
+        _pin((function.__defaults__, function.__kwdefaults__, closure), by_reference, depth - 1, seen),
+    ]
+    namespace, builtins = function.__globals__, function.__globals__.get("__builtins__", {})
+    builtins = vars(builtins) if isinstance(builtins, types.ModuleType) else builtins
+    for name in sorted(_names_read(function.__code__)):
+        if name in namespace:
+            pinned.append((name, _pin(namespace[name], by_reference, depth - 1, seen)))
+        elif name in builtins:
+            pinned.append((name, _Same(builtins[name])))
+    return tuple(pinned)
+
+
+@functools.lru_cache(maxsize=256)
+def _names_read(code: types.CodeType) -> frozenset:
+    """The global (and attribute) names `code` and the code objects inside it use."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _names_read(constant)
+    return frozenset(names)
+
+
+def _pin_numpy(value) -> tuple:
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        if value.size > _PINNED_SIZE or value.dtype == object:
+            raise _Unpinned
+        return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, np.generic):
+        return (type(value), value.tobytes())
+    if isinstance(value, (np.dtype, np.ufunc)):
+        return _Same(value)
+    raise _Unpinned

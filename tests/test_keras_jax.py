@@ -115,7 +115,7 @@ def test_float64_inputs_stay_float64_and_the_users_x64_setting_is_untouched(user
         + log1pexp_source("portable")
         + textwrap.dedent(
             """
-            report = gradmagic.check(log1pexp, np.array([-5.0, 0.0, 30.0]), framework="keras")
+            report = gradmagic.check(log1pexp, np.array([-5.0, 0.0, 30.0]), framework="keras", sweep=True)
             RESULT = {
                 "report": report.to_dict(),
                 "x64 after": jax.config.jax_enable_x64,

@@ -186,7 +186,7 @@ def relu_or_square(x):
     return ops.relu(x), grad
 """
     result = in_torch(
-        setup + "RESULT = [gradmagic.check(relu_or_square, v, framework='keras').to_dict() for v in "
+        setup + "RESULT = [gradmagic.check(relu_or_square, v, framework='keras', sweep=True).to_dict() for v in "
         "(np.array([0.5, 2.0], np.float32), np.array([-0.5, 2.0], np.float32))]"
     )
     for data in result:
@@ -196,7 +196,7 @@ def relu_or_square(x):
 
 
 def test_float64_inputs_stay_float64():
-    report = check_in_backend("torch", log1pexp_source("portable"), "log1pexp, np.array([-5.0, 0.0, 30.0])")
+    report = check_in_backend("torch", log1pexp_source("portable"), "log1pexp, np.array([-5.0, 0.0, 30.0]), sweep=True")
     assert report.ok, report
     assert {row.dtype for row in report.tensors} == {"float64"}
     assert report.numerics.dtype == "float64" and report.sweep.numerical_dtype == "float64"

@@ -225,6 +225,9 @@ class Adapter(abc.ABC):
     mode: str = "eager"
     #: How messages name this framework's things, and what its own messages mean.
     wording: Wording
+    #: Whether a `%%custom_gradient` cell run again unchanged keeps its op, and with it the op's traces (see
+    #: `source.unchanged_definition`; the values it reads pinned with `by_reference`).
+    keeps_unchanged_ops: bool = False
 
     # -- ops ----------------------------------------------------------------------------------------------------
 
@@ -264,6 +267,11 @@ class Adapter(abc.ABC):
         cache, key = cache_of(raw), ("decorated", self.name, self.backend)
         decorated = cache.get(key) or cache.setdefault(key, self.decorate(raw))
         return self._target(raw, decorated, "plain")
+
+    def by_reference(self, value: Any) -> bool:
+        """Whether `value` is one of the framework's values that an op reads the same while it is the same object:
+        an immutable tensor, or a variable (read when the op runs, by reference when it is traced)."""
+        return False
 
     def _target(
         self, raw: Callable, op: Callable, origin: str, named: Callable | None = None, without_custom=None

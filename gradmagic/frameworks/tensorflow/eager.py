@@ -46,15 +46,26 @@ class TensorFlowAdapter(Adapter):
     compiled = "tf.function"
     graph_compiles = True
     wording = TENSORFLOW
+    keeps_unchanged_ops = True
 
     @contextlib.contextmanager
     def check_scope(self, target: Target):
-        """Counts the op's checks (a batch ran eagerly in an earlier check is compiled from the next, see `_run`);
-        and a check's calls of the op are not the watched code's: a running watch does not record them."""
+        """A check of the op traces at most one of its small batches (see `_run`); its calls of the op are not the
+        watched code's: a running watch does not record them."""
         cache = cache_of(target.raw)
-        cache[_CHECKS] = cache.get(_CHECKS, 0) + 1
-        with watching.unrecorded():
-            yield
+        before = cache.get(_TRACES_LEFT)
+        cache[_TRACES_LEFT] = 1
+        try:
+            with watching.unrecorded():
+                yield
+        finally:
+            if before is None:
+                del cache[_TRACES_LEFT]
+            else:
+                cache[_TRACES_LEFT] = before
+
+    def by_reference(self, value: Any) -> bool:
+        return isinstance(value, (tf.Tensor, tf.Variable, tf.DType, tf.TensorShape))
 
     def decorate(self, function: Callable) -> Callable:
         """Decorate with `tf.custom_gradient`; the op also works where TensorFlow's alone fails.
@@ -257,12 +268,17 @@ class TensorFlowAdapter(Adapter):
     def _run(
         self, target: Target, layout: Layout, kind: str, compute: Callable, signature: list, arguments: tuple, work: int
     ) -> Any:
-        """`compute(*arguments)` compiled, or eagerly (traced never) the first time a small batch (its work in
-        forward evaluations, a vector-Jacobian product counting two) runs for this op: a cold op's check needs few
-        evaluations, and a trace costs more than they do; an op checked again gets its compiled functions."""
+        """`compute(*arguments)` compiled, or eagerly (traced never) while a small batch (its work in forward
+        evaluations, a vector-Jacobian product counting two) has run fewer than `tracing.EAGER_RUNS` times for this
+        op: a cold op's check needs few evaluations, and a trace costs several of them; an op checked again and again
+        gets its compiled functions (see `Compiled.worth_tracing`), one small batch's a check, so that no check waits
+        for all of their traces at once."""
         compiled = self._compiled(target, layout, kind, compute, signature)
-        check = cache_of(target.raw).get(_CHECKS, 0)
-        if compiled.worth_tracing(*arguments, work=work, eager_work=EAGER_WORK, check=check):
+        cache = cache_of(target.raw)
+        traces_left = cache.get(_TRACES_LEFT, 1)
+        if compiled.worth_tracing(*arguments, work=work, eager_work=EAGER_WORK, may_trace=traces_left > 0):
+            if not compiled.traced_for(*arguments) and work <= EAGER_WORK:
+                cache[_TRACES_LEFT] = traces_left - 1
             with _VariablesRestored(layout):
                 return compiled(*arguments)
 
@@ -333,8 +349,8 @@ def _unoptimised(unoptimised: bool):
         tf.config.optimizer.set_experimental_options({**before, "disable_meta_optimizer": before.get("disable_meta_optimizer", False)})
 
 
-#: The key in an op's cache (`cache_of`) counting its checks.
-_CHECKS = "checks"
+#: The key in an op's cache (`cache_of`) of how many small batches its check in progress may still trace.
+_TRACES_LEFT = "traces left"
 #: Work up to which a cold op's batch runs eagerly: tracing a `tf.function` costs as much as 15 to 60 eager
 #: vector-Jacobian products of the same op (measured, from 3 to 300 ops), and most checks of a small op need fewer.
 EAGER_WORK = 64

@@ -48,6 +48,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
     """`tf.custom_gradient` ops in TensorFlow 1's graph mode: `tf.gradients`, `tf.compat.v1.Session`."""
 
     mode = "graph"
+    keeps_unchanged_ops = False  # an op's graph and session go with it; a new cell run builds afresh
     autodiff = "tf.gradients"
     compiled = "tf.compat.v1 Session"
     wording = GRAPH_MODE
