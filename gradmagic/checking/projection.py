@@ -91,11 +91,11 @@ class Prober:
         self._gradient_steps: dict[float, tuple[float, float]] = {}
         upstream = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
         self.upstream_vector = upstream.astype(self.z.dtype)
-        vjps = run.adapter.vjps(run.target, layout, self.z[None], self.upstream_vector[None])
+        vjps = run.vjps(layout, self.z[None], self.upstream_vector[None])
         self.custom = vjps.custom[0, 0]
         self.autodiff = None if vjps.autodiff is None else vjps.autodiff[0, 0]
         # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
-        terms = machine_epsilon(run.fd_dtype(self.z)) * np.abs(self.upstream_vector * vjps.outputs[0])
+        terms = machine_epsilon(run.precision(layout)) * np.abs(self.upstream_vector * vjps.outputs[0])
         self.rounding = (float(terms.sum()), float(np.sqrt(np.square(terms).sum())))
 
     def direction(self, row: int, element: int) -> float:
@@ -133,9 +133,7 @@ class Prober:
             directions = aligned_empty((len(rows[part]), self.z.size), self.z.dtype)
             for direction, row, weight in zip(directions, rows[part], weights[part]):
                 self.signed_steps(row, weight, direction)
-            plus, minus = self.run.adapter.evaluate(
-                self.run.target, self.layout, directions, self.upstream_vector, signs=(1.0, -1.0)
-            )
+            plus, minus = self.run.evaluate(self.layout, directions, self.upstream_vector, signs=(1.0, -1.0))
             differences[part] = (plus - minus) / 2
             predicted[part] = directions @ self.custom
             magnitude[part] = np.abs(directions, out=directions) @ np.abs(self.custom)
@@ -149,7 +147,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     options, findings = run.options, run.findings
     probes = options.probes
     z = run.z(layout)
-    dtype = run.fd_dtype(z)
+    dtype = run.precision(layout)
     epsilon = machine_epsilon(dtype)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
     prober = Prober(run, layout, steps, random_signs(options.seed, probes, z.size))
@@ -598,7 +596,7 @@ def _report_mismatch(
     )
     note = ""
     if options.surrogate:
-        rtol, atol = tolerances(run.fd_dtype(prober.custom), options.rtol, options.atol)
+        rtol, atol = tolerances(run.precision(prober.layout), options.rtol, options.atol)
         if located:
             values = np.array([[e.custom, e.numerical, np.nan if e.autodiff is None else e.autodiff] for e in located])
             custom, numerical, autodiff = values.T
@@ -635,7 +633,7 @@ def _report_autodiff(run: CheckRun, layout: Layout, prober: Prober) -> None:
         own = run.own_precision.vjps if run.own_precision is not None else None
         if own is None:
             z = run.z(run.layout)
-            own = run.adapter.vjps(run.target, run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
+            own = run.vjps(run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
         custom, autodiff = own.custom[0, 0], None if own.autodiff is None else own.autodiff[0, 0]
     if autodiff is None:
         return
