@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradmagic.checking import linearity, precision
-from gradmagic.checking.differences import EPSILONS, Axis, machine_epsilon, rounding_allowance
+from gradmagic.checking.differences import EPSILONS, Axis, coarser, machine_epsilon, rounding_allowance
 from gradmagic.checking.run import CheckRun, OpFailed, OwnPrecision, flat_upstream
 from gradmagic.checking.structure import direct_call
 from gradmagic.frameworks.base import Layout, Vjps
@@ -68,8 +68,10 @@ def report_compiled_failure(run: CheckRun, error: Exception) -> None:
 
 def compare_compiled(run: CheckRun) -> None:
     """`graph-mismatch` when the compiled gradient gives other outputs or gradients than the direct call, by more than
-    rounding: in a 16-bit float, a difference beyond a few roundings of the tensor's largest element is rounding when
-    it vanishes in a wider float the op accepts (`precision.finest`), where the same two runs are compared again."""
+    rounding in the precision the op computes in (its tensors' dtypes, or a narrower float its traced graph computes
+    in: float16 inside a float32 op): in a 16-bit float, a difference beyond a few roundings of the tensor's largest
+    element is rounding when it vanishes in a wider float the op accepts (`precision.finest`), where the same two
+    runs are compared again."""
     trial, layout = run.trial, run.layout
     # Compiled: the gradient graph's run where tracing is how the framework compiles, else the own-precision call.
     traced = run.raw_graph.run if run.raw_graph is not None and run.raw_graph.run is not None else None
@@ -123,10 +125,14 @@ class _Difference:
 def _largest_difference(run: CheckRun, layout: Layout, eager_outputs, eager_gradients, compiled: Vjps):
     """The first output or gradient whose direct and compiled values differ beyond rounding, or None."""
     adapter = run.adapter
-    compared = [("output", eager_outputs, compiled.outputs[0], run.rows, _output_precisions(run, layout))]
+    # The narrowest float the traced graph computes in bounds the rounding of every output and gradient.
+    traced = precision.traced_floats(run)
+    inside = traced[-1] if traced else None
+    output_precisions = [coarser(dtype, inside) for dtype in _output_precisions(run, layout)]
+    compared = [("output", eager_outputs, compiled.outputs[0], run.rows, output_precisions)]
     if eager_gradients is not None:
         gradient_axis = Axis(tuple(f"d{name}" for name in run.columns.names), run.columns.shapes)
-        gradient_precisions = run.dtypes_and_sizes(layout)[0]
+        gradient_precisions = [coarser(dtype, inside) for dtype in run.dtypes_and_sizes(layout)[0]]
         compared.append(("gradient", eager_gradients, compiled.custom[0, 0], gradient_axis, gradient_precisions))
     for what, eager, values, axis, precisions in compared:
         for position, (value, start, stop) in enumerate(zip(eager, axis.offsets, axis.offsets[1:])):

@@ -217,13 +217,13 @@ def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, 
     options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
     count = int(mismatched.sum())
     label = "surrogate" if options.surrogate else "custom"
-    listing, (row, column) = report_listing(
-        ranked,
-        mismatched,
-        columns,
-        rows,
-        lambda row, column: f"{label} {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}",
-    )
+    quoted = options.surrogate and autodiff is not None  # a declared surrogate's note speaks of autodiff's values
+
+    def values(row, column) -> str:
+        found = f"{label} {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}"
+        return found + (f", autodiff {autodiff[row, column]:.6g}" if quoted else "")
+
+    listing, (row, column) = report_listing(ranked, mismatched, columns, rows, values)
     input_name, index = columns.label(int(column))
     output_name, output_index = rows.label(int(row))
     square = surrogate.square_block(columns, rows)

@@ -121,11 +121,18 @@ def _narrower(run: CheckRun, layout: Layout) -> list[str]:
     if graph is None or any(op.meaning == "python_function" for op in graph.ops):
         return list(LADDER)
     own = run.precision(run.layout)
-    floats = {dtype for op in graph.ops for _, dtype in op.outputs}
+    floats = set(traced_floats(run))
     if layout is not run.layout and machine_epsilon(own) > EPSILONS["float32"]:
         floats.add(own)
     elif not any(op.meaning == "cast" for op in graph.ops):
         return []
+    return [name for name in LADDER if name in floats]
+
+
+def traced_floats(run: CheckRun) -> list[str]:
+    """The floats the op's traced graph (at its own inputs) computes in, finest first; [] without a graph."""
+    graph = run.raw_graph
+    floats = {dtype for op in graph.ops for _, dtype in op.outputs} if graph is not None else set()
     return [name for name in LADDER if name in floats]
 
 

@@ -564,8 +564,10 @@ def _report_mismatch(
     listing = []
     worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
     if located:
+        quoted = options.surrogate and prober.autodiff is not None  # the note speaks of autodiff's values
         listed = "; ".join(
             f"{element_label(e.input, e.index)}: {label} {e.custom:.6g}, finite differences {e.numerical:.6g}"
+            + (f", autodiff {e.autodiff:.6g}" if quoted and e.autodiff is not None else "")
             for e in located[:LISTED]
         )
         what = "Differing" if options.surrogate else "Wrong"
