@@ -555,11 +555,11 @@ def _shape_message(
         reduced = f"{wording.reduce_sum}(grad, axis={list(axes)})"
         if len(got) - len(axes) != len(expected):
             reduced = f"{wording.reshape}({reduced}, {list(expected)})"
-        where = ", which works on every backend" if fixed else ""
-        return message + (
-            f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes yourself, "
-            f"`{reduced}`{where}."
-        )
+        if fixed:
+            return message + f" Sum it over the broadcast axes yourself, `{reduced}`, which works on every backend."
+        broadcast = f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes"
+        return message + f"{broadcast}, `{reduced}`."
+
     fix = f" Return one gradient value per element of `{name}`, in its shape {list(expected)}"
     if len(got) > 1 and tuple(got) == tuple(reversed(expected)):
         return message + fix + ": its shape is reversed, a transpose is missing or one too many."
