@@ -390,6 +390,33 @@ def test_an_op_failing_at_perturbed_inputs_is_still_the_ops_failure():
     assert "fd-error" in codes(report) and "only at the example" in problem(report, "fd-error").message
 
 
+def test_projection_mode_in_float16_states_what_it_can_see_and_calls_no_smooth_op_discontinuous():
+    import keras
+    from keras import ops
+
+    def in_float16(x):  # a float32 op computing in float16 inside: finite differences at float16 steps
+        h = ops.cast(x, "float16")
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            t = ops.tanh(h)
+            return ops.cast(ops.cast(upstream, "float16") * (t + h * (1.0 - t * t)), x.dtype)
+
+        return ops.cast(ops.tanh(h) * h, x.dtype), grad
+
+    assert keras.backend.backend() == "tensorflow"
+    x = np.random.default_rng(0).standard_normal(5000).astype(np.float32) * 2
+    assert gradmagic.check(log1pexp, tf.constant(x, tf.float16)).ok  # in float64 projections
+    report = gradmagic.check(in_float16, x, framework="keras")
+    assert report.numerics.mode == "projection" and report.numerics.dtype == "float16"
+    assert codes(report) == ["precision-measured", "projection-resolution"], report
+    # float16 steps are a tenth of each value: the projections' own noise is about 1 %, and what they rule out is
+    # said with its size (a floor of 1000 float16 roundings made that 130 %, and fd-noisy called the op jumpy).
+    message = problem(report, "projection-resolution").message
+    bound = float(re.search(r"rules out errors spread over the gradient only beyond (\d+)% of it", message).group(1))
+    assert 5 < bound < 60, message
+
+
 def test_steps_are_exact_in_each_precision():
     values = np.random.default_rng(0).standard_normal(10000).astype(np.float32) * 100
     for precision, dtype in (("bfloat16", ml_dtypes.bfloat16), ("float16", np.float16), ("float32", np.float32)):
