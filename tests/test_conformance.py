@@ -332,10 +332,15 @@ def test_one_wrong_element_is_located(reports):
 def test_unreduced_broadcast_gradient_is_a_shape_error_naming_the_input(reports, adapter):
     report = reports["wrong shape"]
     found = only(report, "grad-shape")
-    assert found.severity == "error"
     assert (found.location.input, found.location.line) == ("b", line_of("grad-shape points here"))
     assert "The gradient for input `b` has shape [4, 3] but `b` has shape [3]" in found.message
     advice = "ops.sum(grad, axis=[0])" if adapter in KERAS else "tf.reduce_sum(grad, axis=[0])"
+    if adapter == "keras-torch":  # PyTorch sums it back itself: it works there, not elsewhere; the numbers judge it
+        assert found.severity == "warning" and report.verdict == "warn"
+        assert f"Sum it over the broadcast axes yourself, `{advice}`, which works on every backend" in found.message
+        assert report.numerics.mode == "full"
+        return
+    assert found.severity == "error"
     assert f"sum the gradient over the broadcast axes, `{advice}`" in found.message
     assert report.numerics.mode == "skipped"
 

@@ -183,22 +183,28 @@ def pair(x):
     assert backend_codes(report, "torch") == ["backend-outputs"]
 
 
-def test_closed_over_variable_is_explained_on_jax(knb):
+def test_closed_over_variable_is_explained_on_jax_and_pytorch(knb):
     knb.ok("w = keras.Variable(np.array([2.0, 3.0]), name='w')")
     knb.ok(
-        """%%custom_gradient --keras --backends jax --check x=np.array([0.5, 2.0])
+        """%%custom_gradient --keras --backends jax,torch --check x=np.array([0.5, 2.0])
 def scale(x):
-    def grad(upstream, variables=None):
+    def grad(*args, upstream=None, variables=None):
+        if upstream is None:
+            (upstream,) = args
         return (upstream * w,), [upstream * x]
     return x * w, grad
 """
     )
     report = knb.ns["_"]
-    # On TensorFlow, tf.custom_gradient hands the variable to grad: correct there; JAX cannot differentiate it.
-    assert report.op.backend == "tensorflow" and codes(report) == ["backend-fails"]
-    assert backend_codes(report, "jax") == ["closed-over-variable"]
-    message = report.backends[0].problems[0].message
-    assert "`w`" in message and "Pass it as input" in message
+    # On TensorFlow, tf.custom_gradient hands the variable to grad: correct there; JAX cannot differentiate it,
+    # PyTorch gives it no gradient (what model.fit then does: tests/test_precision.py).
+    assert report.op.backend == "tensorflow" and codes(report) == ["backend-fails", "backend-fails"]
+    assert backend_codes(report, "jax") == backend_codes(report, "torch") == ["closed-over-variable"]
+    for result, summary in zip(report.backends, report.problems):
+        message = result.problems[0].message
+        assert "trainable Keras variable `w`" in message and "Pass it as input" in message
+        # The summary names the backend once, the message does not again.
+        assert summary.message.count("Keras's") == 1, summary.message
 
 
 def test_what_cannot_travel_makes_a_backend_unavailable_with_the_reason(knb):

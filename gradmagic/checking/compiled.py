@@ -7,10 +7,15 @@ reuses.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from gradmagic.checking import linearity
-from gradmagic.checking.run import CheckRun, OwnPrecision, flat_upstream
+from gradmagic.checking import linearity, precision
+from gradmagic.checking.differences import EPSILONS, Axis, coarser, machine_epsilon, rounding_allowance
+from gradmagic.checking.run import CheckRun, OpFailed, OwnPrecision, flat_upstream
+from gradmagic.checking.structure import direct_call
+from gradmagic.frameworks.base import Layout, Vjps
 from gradmagic.report import Surrogate, element_label
 
 
@@ -18,18 +23,16 @@ def take_own_precision(run: CheckRun) -> bool:
     """The own-precision products, kept in `run.own_precision`: the trial's upstream with autodiff (and in full mode
     the Jacobians), and the linearity probes through the custom gradient alone; `graph-mismatch` (False) when they
     fail."""
-    adapter, layout = run.adapter, run.layout
+    layout = run.layout
     z = run.z(layout)
     upstream = flat_upstream(run, z.dtype)
     full = run.options.numbers and run.columns.size <= run.options.full_threshold
     try:
-        trial = adapter.vjps(run.target, layout, z[None], upstream[None], jacobian=full)
-        probes = adapter.vjps(
-            run.target, layout, z[None], linearity.probes(upstream, run.options.seed), autodiff=False
-        )
-        run.own_precision = OwnPrecision(trial, probes)
-    except Exception as error:  # the framework's own error about the user's op
-        report_compiled_failure(run, error)
+        trial = run.vjps(layout, z[None], upstream[None], jacobian=full)
+        probes = linearity.probes(upstream, run.options.seed, run.precision(layout))
+        run.own_precision = OwnPrecision(trial, run.vjps(layout, z[None], probes, autodiff=False))
+    except OpFailed as failed:  # the framework's own error about the user's op
+        report_compiled_failure(run, failed.error)
         return False
     return _gradient_has_the_inputs_size(run)
 
@@ -67,37 +70,131 @@ def report_compiled_failure(run: CheckRun, error: Exception) -> None:
 
 
 def compare_compiled(run: CheckRun) -> None:
-    """`graph-mismatch` when the compiled gradient gives other outputs or gradients than the direct call."""
-    adapter, trial, layout, findings = run.adapter, run.trial, run.layout, run.findings
-    wording = findings.wording
+    """`graph-mismatch` when the compiled gradient gives other outputs or gradients than the direct call, by more than
+    rounding in the precision the op computes in (its tensors' dtypes, or a narrower float its traced graph computes
+    in: float16 inside a float32 op): in a 16-bit float, a difference beyond a few roundings of the tensor's largest
+    element is rounding when it vanishes in a wider float the op accepts (`precision.finest`), where the same two
+    runs are compared again."""
+    trial, layout = run.trial, run.layout
     # Compiled: the gradient graph's run where tracing is how the framework compiles, else the own-precision call.
     traced = run.raw_graph.run if run.raw_graph is not None and run.raw_graph.run is not None else None
-    compiled_outputs = traced.outputs[0] if traced is not None else run.own_precision.outputs
-    compiled_gradient = traced.custom[0, 0] if traced is not None else run.own_precision.trial_gradient
-    eager_outputs = [output for output, meta in zip(trial.outputs, trial.output_metas) if meta.floating]
-    compared = [("output", eager_outputs, compiled_outputs, run.rows)]
+    own = run.own_precision
+    compiled = traced if traced is not None else Vjps(own.outputs[None], own.trial.custom[:, :1], None)
+    eager_gradients = None
     if trial.gradients is not None:  # a composite has no gradient function of its own to call directly
         eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
-        compared.append(("gradient", eager_gradients, compiled_gradient, run.columns))
-    for what, eager, compiled, axis in compared:
+    eager_outputs = [output for output, meta in zip(trial.outputs, trial.output_metas) if meta.floating]
+    found = _largest_difference(run, layout, eager_outputs, eager_gradients, compiled)
+    if found is None:
+        return
+    wider = precision.finest(run) if found.rounding_bound else layout
+    in_wider = None
+    if wider is not layout:
+        try:
+            in_wider = _difference_in(run, wider)
+        except OpFailed:  # the op fails in the wider float after all: judged in its own
+            in_wider = found
+        if in_wider is None:  # the same two runs agree there: the difference was the op's rounding
+            return
+    findings, wording = run.findings, run.findings.wording
+    measured = f"largest difference {found.difference:.3g} at {found.element}"
+    if found.rounding_bound:
+        measured += f", where {found.precision} rounding allows {found.allowed:.3g}"
+        if in_wider is not None:
+            measured += f"; in {run.precision(wider)}, {in_wider.difference:.3g}"
+    findings.add(
+        "graph-mismatch",
+        "error",
+        f"`{findings.name}` gives a different {found.what} (#{found.position}) {wording.direct} and "
+        f"{wording.compiled}: {measured}. Python-side state or randomness in the op behaves differently when traced.",
+    )
+
+
+@dataclass(frozen=True)
+class _Difference:
+    """The largest difference between a direct and a compiled run beyond rounding, in one output or gradient."""
+
+    what: str  # "output" | "gradient"
+    position: int  # which output, or which input's gradient
+    element: str  # "output[3]", "dx[0, 1]"
+    difference: float
+    allowed: float
+    precision: str
+    #: The allowance is a rounding bound of a 16-bit float (a tensor's largest element), which cancellation inside
+    #: the op may exceed: then measured again in a wider float.
+    rounding_bound: bool
+
+
+def _largest_difference(run: CheckRun, layout: Layout, eager_outputs, eager_gradients, compiled: Vjps):
+    """The first output or gradient whose direct and compiled values differ beyond rounding, or None."""
+    adapter = run.adapter
+    # The narrowest float the traced graph computes in bounds the rounding of every output and gradient.
+    traced = precision.traced_floats(run)
+    inside = traced[-1] if traced else None
+    output_precisions = [coarser(dtype, inside) for dtype in _output_precisions(run, layout)]
+    compared = [("output", eager_outputs, compiled.outputs[0], run.rows, output_precisions)]
+    if eager_gradients is not None:
+        gradient_axis = Axis(tuple(f"d{name}" for name in run.columns.names), run.columns.shapes)
+        gradient_precisions = [coarser(dtype, inside) for dtype in run.dtypes_and_sizes(layout)[0]]
+        compared.append(("gradient", eager_gradients, compiled.custom[0, 0], gradient_axis, gradient_precisions))
+    for what, eager, values, axis, precisions in compared:
         for position, (value, start, stop) in enumerate(zip(eager, axis.offsets, axis.offsets[1:])):
-            in_graph = compiled[start:stop]
-            value = np.zeros_like(in_graph) if value is None else np.ravel(adapter.to_numpy(value))
-            if not np.allclose(value, in_graph, rtol=1e-5, atol=1e-6, equal_nan=True):
-                findings.add(
-                    "graph-mismatch",
-                    "error",
-                    f"`{findings.name}` gives a different {what} (#{position}) {wording.direct} and "
-                    f"{wording.compiled}: largest difference {np.nanmax(np.abs(value - in_graph)):.3g}. Python-side "
-                    "state or randomness in the op behaves differently when traced.",
+            in_graph = values[start:stop].astype(np.float64)
+            value = np.zeros_like(in_graph) if value is None else np.ravel(adapter.to_numpy(value)).astype(np.float64)
+            if value.size != in_graph.size:  # a gradient of another shape, which the framework fixed: grad-shape
+                continue
+            allowed = rounding_allowance(value, in_graph, precisions[position])
+            with np.errstate(invalid="ignore"):
+                difference = np.where(value == in_graph, 0.0, np.abs(value - in_graph))  # equal infinities agree
+                beyond = ~((difference <= allowed) | (np.isnan(value) & np.isnan(in_graph)))
+            if beyond.any():
+                worst = int(np.argmax(np.where(beyond, np.nan_to_num(difference, nan=np.inf), -1)))
+                name, index = axis.label(int(start) + worst)
+                return _Difference(
+                    what,
+                    position,
+                    element_label(name, index),
+                    float(difference[worst]),
+                    float(allowed[worst]),
+                    precisions[position],
+                    machine_epsilon(precisions[position]) > EPSILONS["float32"],
                 )
-                return
+    return None
+
+
+def _output_precisions(run: CheckRun, layout: Layout) -> list[str]:
+    """The precision of each floating output at `layout`: the trial's dtypes in the op's own layout; elsewhere the
+    wider float the op was cast up to (it keeps it, `precision.finest`)."""
+    own = [meta.dtype for meta in run.trial.output_metas if meta.floating]
+    return own if layout is run.layout else [run.precision(layout)] * len(own)
+
+
+def _difference_in(run: CheckRun, layout: Layout) -> _Difference | None:
+    """The direct and the compiled runs of the op compared again at `layout` (cast up), with the trial's upstream."""
+    adapter, trial, dtype = run.adapter, run.trial, run.precision(layout)
+    upstreams = [
+        adapter.constant(adapter.to_numpy(upstream), dtype if meta.floating else meta.dtype)
+        for upstream, meta in zip(trial.upstreams, trial.output_metas)
+    ]
+    try:
+        outputs, gradients = direct_call(run, layout, upstreams)
+    except Exception as error:  # the op's own code, called directly in the wider float
+        raise OpFailed(error) from error
+    if adapter.graph_compiles:
+        arguments = [("input", name) for name in run.inputs.names]
+        arguments += [("upstream", f"d{name}") for name in trial.output_names]
+        compiled = run.gradient_graph(layout, upstreams, arguments).run
+    else:
+        z = run.z(layout)
+        compiled = run.vjps(layout, z[None], flat_upstream(run, z.dtype)[None], autodiff=False)
+    eager_outputs = [output for output, meta in zip(outputs, trial.output_metas) if meta.floating]
+    return _largest_difference(run, layout, eager_outputs, gradients, compiled)
 
 
 def check_linearity(run: CheckRun) -> None:
     """`grad-nonlinear` when the custom gradient is not linear in the upstream gradient; for a declared surrogate,
     `surrogate-nonlinear` (info)."""
-    found = run.linearity = linearity.judge(run.own_precision.probe_gradients)
+    found = run.linearity = linearity.judge(run.own_precision.probe_gradients, run.precision(run.layout))
     if found.response in ("linear", None):
         return
     findings = run.findings

@@ -4,9 +4,14 @@ z is the op's floating inputs, then the variables its forward reads,
 flattened (see `frameworks.base.Layout`). Central differences
 (f(z + h e_i) - f(z - h e_i)) / 2h estimate column i of the Jacobian; each
 step h_i = eps * max(|z_i|, 1) is rounded so that z +- h is exact in the
-element's dtype. An error is |custom - numerical| divided by a tolerance
+element's precision. An error is |custom - numerical| divided by a tolerance
 made of atol, rtol times the larger value, and the rounding of the
 differences themselves: above 1 is a mismatch.
+
+The engine holds values as NumPy's float32 or float64: float16 and bfloat16
+(which NumPy has only through ml_dtypes) are held exactly in float32, and
+each element's precision is known by name ("bfloat16"); steps are made
+exact in it (`rounded_to`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ EPSILONS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bflo
 TOLERANCES = {
     "float64": (1e-5, 1e-8),
     "float32": (2e-2, 1e-3),
-    "float16": (1e-1, 1e-1),
+    "float16": (1e-1, 1e-2),
     "bfloat16": (1e-1, 1e-1),
 }
 
@@ -67,10 +72,59 @@ def machine_epsilon(dtype: str) -> float:
     return EPSILONS.get(dtype, EPSILONS["float32"])
 
 
+def coarsest(precisions: list[str]) -> str:
+    """Of several precisions, the coarsest (float32 when there is none)."""
+    found = "float64" if precisions else "float32"
+    for precision in precisions:
+        found = coarser(found, precision)
+    return found
+
+
+def working_dtype(*dtypes: np.dtype) -> np.dtype:
+    """The NumPy dtype the engine holds values of these dtypes in: float64 if one is, else float32 (which holds
+    float16 and bfloat16 exactly)."""
+    return np.dtype(np.float64 if any(np.dtype(dtype) == np.float64 for dtype in dtypes) else np.float32)
+
+
+def rounded_to(values: np.ndarray, precision: str) -> np.ndarray:
+    """`values` (float32 or float64) rounded to the nearest number of `precision`, in their own dtype.
+
+    bfloat16 is float32 with the last 16 bits of the significand dropped,
+    rounded to nearest even: done here on float32's bits.
+    """
+    if precision == "float16":
+        return values.astype(np.float16).astype(values.dtype)
+    if precision == "bfloat16":
+        bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+        rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) & np.uint32(0xFFFF0000)
+        return rounded.view(np.float32).astype(values.dtype)
+    if precision == "float32":
+        return values.astype(np.float32).astype(values.dtype)
+    return values
+
+
 def tolerances(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
     """(rtol, atol): the given ones, or the defaults of the dtype the finite differences run in."""
     default_rtol, default_atol = TOLERANCES.get(dtype, TOLERANCES["float32"])
     return (default_rtol if rtol is None else rtol), (default_atol if atol is None else atol)
+
+
+#: Eager and compiled runs of one op round differently (TensorFlow's graph optimiser turns log(1 + x) into log1p,
+#: XLA keeps the float32 intermediates of 16-bit floats): in a 16-bit float, up to this many roundings of a tensor's
+#: largest element (measured: below one on TensorFlow, JAX and PyTorch for common ops; more is cancellation, judged
+#: by the op's own rounding in a wider float, `compiled.py`).
+COMPILED_ROUNDINGS = 4
+#: In float32 and float64, what eager and compiled runs may differ by: atol + rtol * |value|.
+COMPILED_RTOL, COMPILED_ATOL = 1e-5, 1e-6
+
+
+def rounding_allowance(eager: np.ndarray, compiled: np.ndarray, precision: str) -> np.ndarray:
+    """Per element, how far an eager and a compiled run of one op in `precision` may differ by rounding alone."""
+    if machine_epsilon(precision) <= EPSILONS["float32"]:
+        return COMPILED_ATOL + COMPILED_RTOL * np.abs(compiled)
+    finite = [np.abs(values[np.isfinite(values)]) for values in (eager, compiled)]
+    scale = max(part.max(initial=0.0) for part in finite)
+    return np.full(compiled.shape, COMPILED_ROUNDINGS * machine_epsilon(precision) * scale)
 
 
 def relative_step(dtype: str, eps: float | None) -> float:
@@ -78,10 +132,15 @@ def relative_step(dtype: str, eps: float | None) -> float:
     return eps if eps is not None else machine_epsilon(dtype) ** (1 / 3)
 
 
-def step_sizes(values: np.ndarray, relative: float) -> np.ndarray:
-    """relative * max(|values|, 1), rounded so that values + h and values - h are exact in values' dtype."""
-    raw = (relative * np.maximum(np.abs(values), 1)).astype(values.dtype)
-    return (values + raw) - values
+def step_sizes(values: np.ndarray, relative: float, precision: str | None = None) -> np.ndarray:
+    """relative * max(|values|, 1), rounded so that values + h and values - h are exact in `precision` (values'
+    own dtype by default)."""
+    # Stepped from |values|, so that h is a multiple of the spacing at |values| + h, the larger of the two points'
+    # magnitudes: both are then numbers of the precision (stepped from a negative value, |values| - h would need
+    # the finer spacing of the smaller magnitude).
+    magnitude = np.abs(values)
+    raw = (relative * np.maximum(magnitude, 1)).astype(values.dtype)
+    return rounded_to(magnitude + raw, precision or str(values.dtype)) - magnitude
 
 
 def steps_for(z: np.ndarray, dtypes: list[str], sizes: list[int], eps: float | None) -> np.ndarray:
@@ -91,8 +150,7 @@ def steps_for(z: np.ndarray, dtypes: list[str], sizes: list[int], eps: float | N
     offset = 0
     for dtype, size in zip(dtypes, sizes):
         part = slice(offset, offset + size)
-        values = z[part].astype(np.dtype(dtype) if dtype in ("float16", "float32", "float64") else np.float32)
-        steps[part] = step_sizes(values, relative_step(dtype, eps))
+        steps[part] = step_sizes(z[part], relative_step(dtype, eps), dtype)
         offset += size
     return steps
 

@@ -8,15 +8,17 @@ from typing import Callable
 from gradmagic.checking import precision, surrogate
 from gradmagic.checking.arguments import lay_out, prepare_inputs
 from gradmagic.checking.compiled import check_linearity, compare_compiled, report_compiled_failure, take_own_precision
+from gradmagic.checking.differences import machine_epsilon
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.full import compare_full
 from gradmagic.checking.graph import build_graph
 from gradmagic.checking.options import CheckOptions
 from gradmagic.checking.projection import compare_projected
-from gradmagic.checking.run import CheckRun
+from gradmagic.checking.run import CheckRun, OpFailed
 from gradmagic.checking.second_order import compare_second_order
 from gradmagic.checking.structure import check_structure
 from gradmagic.checking.sweep import sweep_along
+from gradmagic.errors import GradmagicError
 from gradmagic.frameworks import get_adapter
 from gradmagic.frameworks.base import Layout
 from gradmagic.report import Numerics, Report
@@ -41,32 +43,37 @@ def check(
     target = adapter.resolve(op)
     source = name_source(target.filename) if name_source else target.filename
     findings = Findings(target.name, adapter.wording, source)
-    with adapter.check_scope(target):  # graph mode: the check builds and runs in a graph and session of the op's own
-        run = CheckRun(adapter, target, options, findings, progress or (lambda fraction, phase: None))
-        with run.phase("structure", 0.0, timing="structure"):
-            prepare_inputs(run, args, dict(kwargs or {}))
-            if run.inputs is not None:
-                check_structure(run)
-        if run.trial is None or run.failed:
+    try:  # graph mode: the check builds and runs in a graph and session of the op's own
+        with adapter.check_scope(target):
+            run = CheckRun(adapter, target, options, findings, progress or (lambda fraction, phase: None))
+            with run.phase("structure", 0.0, timing="structure"):
+                prepare_inputs(run, args, dict(kwargs or {}))
+                if run.inputs is not None:
+                    check_structure(run)
+            if run.trial is None or run.failed:
+                return run.report()
+            lay_out(run)
+            compared = run.rows.size and run.columns.size
+            if options.graph or (options.tf_function and compared and adapter.graph_compiles):
+                with run.phase("graph", 0.15, timing="graph"):  # where tracing is compiling, also the compiled run
+                    trace_graph(run)
+            if (options.tf_function or options.numbers) and compared and not run.failed:
+                with run.phase(adapter.compiled, 0.3, timing="tf_function"):
+                    if take_own_precision(run):
+                        if options.tf_function:
+                            compare_compiled(run)
+                        if not run.failed:
+                            check_linearity(run)
+            if options.numbers and not run.failed:
+                with run.phase("finite differences", 0.45, timing="numerics"):
+                    compare_numbers(run)
+            if run.state is not None:  # the gradient function changed state again in the calls since: put it back
+                run.state.restore()
             return run.report()
-        lay_out(run)
-        compared = run.rows.size and run.columns.size
-        if options.graph or (options.tf_function and compared and adapter.graph_compiles):
-            with run.phase("graph", 0.15, timing="graph"):  # where tracing is compiling, also the compiled run
-                trace_graph(run)
-        if (options.tf_function or options.numbers) and compared and not run.failed:
-            with run.phase(adapter.compiled, 0.3, timing="tf_function"):
-                if take_own_precision(run):
-                    if options.tf_function:
-                        compare_compiled(run)
-                    if not run.failed:
-                        check_linearity(run)
-        if options.numbers and not run.failed:
-            with run.phase("finite differences", 0.45, timing="numerics"):
-                compare_numbers(run)
-        if run.state is not None:  # the gradient function changed state again in the calls since: put it back
-            run.state.restore()
-        return run.report()
+    except Exception as error:  # not the op's: its failures are findings (`OpFailed`, the structure checks)
+        if not isinstance(error, GradmagicError) and hasattr(error, "add_note"):  # Python 3.11 on
+            error.add_note(f"This is an error in gradmagic's own code, not in `{target.name}`; please report it.")
+        raise
 
 
 def trace_graph(run: CheckRun) -> None:
@@ -75,8 +82,9 @@ def trace_graph(run: CheckRun) -> None:
     perturbed = [inputs.names[k] for k in run.layout.perturbable] + trial.variable_names
     arguments = [("input", name) for name in inputs.names] + [("upstream", f"d{name}") for name in trial.output_names]
     try:
-        run.raw_graph = run.adapter.gradient_graph(run.target, run.layout, trial.upstreams, arguments)
-    except Exception as error:
+        run.raw_graph = run.gradient_graph(run.layout, trial.upstreams, arguments)
+    except OpFailed as failed:
+        error = failed.error
         if run.adapter.graph_compiles and run.options.tf_function:  # the op failing compiled: a mistake of the op's
             report_compiled_failure(run, error)
         else:  # the op traced in a graph: its failures are reported elsewhere; the graph is a view
@@ -111,7 +119,8 @@ def compare_numbers(run: CheckRun) -> None:
         )
     try:
         precise = _compare_in_best_precision(run, full)
-    except Exception as error:  # the op failing at perturbed inputs, or inside a compiled function
+    except OpFailed as failed:  # the op failing at perturbed inputs, or inside a compiled function
+        error = failed.error
         findings.add(
             "fd-error",
             "error",
@@ -124,7 +133,8 @@ def compare_numbers(run: CheckRun) -> None:
         with run.phase("sweep", 0.85):
             try:
                 run.sweep = sweep_along(run, precise)
-            except Exception as error:  # the op failing away from the example point: the sweep is a view, say why
+            except OpFailed as failed:  # the op failing away from the example point: the sweep is a view, say why
+                error = failed.error
                 findings.add(
                     "sweep-unavailable",
                     "info",
@@ -154,19 +164,20 @@ def _nothing_to_compare(run: CheckRun) -> str | None:
 
 
 def _compare_in_best_precision(run: CheckRun, full: bool) -> Layout:
-    """The comparison in float64 where the op accepts it, else in its own precision; the layout it ran in."""
-    precise = precision.in_float64(run) if run.options.float64 else run.layout
+    """The comparison in float64 where the op accepts it (float32 for an op of a 16-bit float that does not), else in
+    its own precision; the layout it ran in."""
+    precise = precision.finest(run) if run.options.float64 else run.layout
     precise = _measure_precision(run, precise)
     problems = len(run.findings.problems)
     try:
         _compare(run, precise, full)
-    except Exception:
+    except OpFailed:
         if precise is run.layout:
             raise
-        # The forward accepted float64 but the gradient function did not (e.g. it mixes in float32 constants):
-        # compare in the op's own precision.
+        # The forward accepted the wider float but the gradient function did not (e.g. it mixes in float32
+        # constants): compare in the op's own precision.
         del run.findings.problems[problems:]
-        precision.refuse_float64(run)
+        precision.refuse(run, precise)
         precise = run.layout
         _compare(run, precise, full)
     return precise
@@ -174,14 +185,16 @@ def _compare_in_best_precision(run: CheckRun, full: bool) -> Layout:
 
 def _measure_precision(run: CheckRun, layout: Layout) -> Layout:
     """The layout finite differences run in, once the op's real precision there is measured (`run.effective`):
-    float64 inputs cast up from the op's own precision are dropped when it computes narrower inside anyway."""
-    declared = str(run.z(layout).dtype)
+    inputs cast up from the op's own precision are dropped when it computes narrower inside anyway."""
     measured = precision.effective(run, layout)
-    if measured == declared:
+    if measured == run.precision(layout):
         return layout
     if layout is not run.layout:  # cast up by gradmagic: the op's own precision serves as well
-        precision.refuse_float64(run)
-        return run.layout
+        precision.refuse(run, layout)
+        layout = run.layout
+    declared = run.precision(layout)
+    if machine_epsilon(measured) <= machine_epsilon(declared):
+        return layout
     run.effective = measured
     run.findings.add(
         "precision-measured",

@@ -41,19 +41,19 @@ def jacobians(run: CheckRun, layout: Layout) -> Vjps:
     if layout is run.layout and run.own_precision is not None and run.own_precision.jacobian is not None:
         return run.own_precision.jacobian
     z = run.z(layout)
-    return run.adapter.vjps(run.target, layout, z[None], np.zeros((0, run.rows.size), z.dtype), jacobian=True)
+    return run.vjps(layout, z[None], np.zeros((0, run.rows.size), z.dtype), jacobian=True)
 
 
 def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     """Full-Jacobian comparison in `layout`'s precision; records fd-mismatch (or surrogate-*),
     nondifferentiable-point and autodiff-* problems."""
-    adapter, target, options, findings = run.adapter, run.target, run.options, run.findings
+    options, findings = run.options, run.findings
     columns, rows = run.columns, run.rows
     z = run.z(layout)
-    dtype = run.fd_dtype(z)
+    dtype = run.precision(layout)
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
-    plus, minus = adapter.evaluate(target, layout, np.diag(steps), signs=(1.0, -1.0))
+    plus, minus = run.evaluate(layout, np.diag(steps), signs=(1.0, -1.0))
     precise = jacobians(run, layout)
     own = precise if layout is run.layout else jacobians(run, run.layout)
     custom = precise.custom[0]
@@ -138,7 +138,7 @@ def _kinks(run: CheckRun, layout: Layout, z, steps, center, plus, minus, candida
         return kinks
     half = np.zeros((candidates.size, z.size), z.dtype)
     half[np.arange(candidates.size), candidates] = steps[candidates] / 2
-    half_plus, half_minus = run.adapter.evaluate(run.target, layout, half, signs=(1.0, -1.0))
+    half_plus, half_minus = run.evaluate(layout, half, signs=(1.0, -1.0))
     for position, column in enumerate(candidates):
         step = steps[column]
         forward_side, backward_side = (plus[column] - center) / step, (center - minus[column]) / step
@@ -217,13 +217,13 @@ def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, 
     options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
     count = int(mismatched.sum())
     label = "surrogate" if options.surrogate else "custom"
-    listing, (row, column) = report_listing(
-        ranked,
-        mismatched,
-        columns,
-        rows,
-        lambda row, column: f"{label} {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}",
-    )
+    quoted = options.surrogate and autodiff is not None  # a declared surrogate's note speaks of autodiff's values
+
+    def values(row, column) -> str:
+        found = f"{label} {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}"
+        return found + (f", autodiff {autodiff[row, column]:.6g}" if quoted else "")
+
+    listing, (row, column) = report_listing(ranked, mismatched, columns, rows, values)
     input_name, index = columns.label(int(column))
     output_name, output_index = rows.label(int(row))
     square = surrogate.square_block(columns, rows)

@@ -5,8 +5,10 @@ from one-hot upstream vectors, on which `upstream * upstream * f'(x)` equals
 the right gradient, and projection mode from one random u: neither sees a
 gradient that transforms the upstream instead of multiplying it. So every
 check also takes the custom gradient of two random upstreams u1, u2 (uniform in [-1, 1)), of
-A u1 + B u2, and of u1 scaled up a thousandfold and a millionfold (in the
-one call that takes the op's own-precision products, `compiled.py`):
+A u1 + B u2, and of u1 scaled up a thousandfold and a millionfold (tenfold
+and a hundredfold in float16, whose largest number is 65504), in the one
+call that takes the op's own-precision products (`compiled.py`), and judges
+them in the op's own precision:
 
 * grad(A u1 + B u2) = A grad(u1) + B grad(u2) and grad(1000 u1) = 1000 grad(u1):
   "linear";
@@ -22,12 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradmagic.checking.differences import machine_epsilon
+
 #: The combination grad(A u1 + B u2) is compared with A grad(u1) + B grad(u2).
 A, B = 0.75, -1.5
-#: Scales of u1 that tell a saturating (clipping) gradient from another nonlinear one.
-SCALES = (1e3, 1e6)
+#: Scales of u1 that tell a saturating (clipping) gradient from another nonlinear one, by the op's precision.
+SCALES = {"float16": (1e1, 1e2)}
+DEFAULT_SCALES = (1e3, 1e6)
 #: Upstream rows a linearity probe takes: u1, u2, A u1 + B u2, then u1 at each scale.
-ROWS = 3 + len(SCALES)
+ROWS = 3 + len(DEFAULT_SCALES)
 
 
 @dataclass(frozen=True)
@@ -46,23 +51,23 @@ class Linearity:
     expected: float = 0.0
 
 
-def probes(u1: np.ndarray, seed: int) -> np.ndarray:
+def probes(u1: np.ndarray, seed: int, precision: str) -> np.ndarray:
     """[ROWS - 1, size]: the upstream vectors of the linearity probe after u1 (the check's random upstream, whose
-    gradient the check takes anyway): u2, A u1 + B u2, then u1 at each scale."""
+    gradient the check takes anyway), for an op computing in `precision`: u2, A u1 + B u2, then u1 at each scale."""
     rows = np.empty((ROWS - 1, u1.size), u1.dtype)
     drawn = rows.dtype if rows.dtype in (np.float32, np.float64) else np.float64  # what NumPy draws in directly
     # Uniform in [-1, 1), as u1: three times cheaper to draw than normal numbers at millions of elements.
     rows[0] = np.random.default_rng([seed, 3]).random(u1.size, dtype=drawn) * 2 - 1
     np.multiply(u1, A, out=rows[1])
     rows[1] += B * rows[0]
-    with np.errstate(over="ignore"):  # float16 cannot hold the millionfold: infinite there, as the cast gave before
-        for row, scale in zip(rows[2:], SCALES):
-            np.multiply(u1, scale, out=row)
+    for row, scale in zip(rows[2:], SCALES.get(precision, DEFAULT_SCALES)):
+        np.multiply(u1, scale, out=row)
     return rows
 
 
-def judge(gradients: np.ndarray) -> Linearity:
-    """The linearity of the custom gradient from its values at u1 and the `probes` rows ([ROWS, N])."""
+def judge(gradients: np.ndarray, precision: str) -> Linearity:
+    """The linearity of the custom gradient from its values at u1 and the `probes` rows ([ROWS, N]), for an op
+    computing in `precision`."""
     g1, g2, combined, *scaled = gradients
     if not np.isfinite(gradients).all():
         return Linearity(None)
@@ -70,7 +75,9 @@ def judge(gradients: np.ndarray) -> Linearity:
     deviations = np.abs(combined - expected)
     worst = int(np.argmax(deviations)) if deviations.size else None
     scale = max(float(np.max(np.abs(gradients[:3]), initial=0)), 1e-30)
-    linear = close(combined, expected) and close(scaled[0], SCALES[0] * g1)
+    epsilon = machine_epsilon(precision)
+    first_scale = SCALES.get(precision, DEFAULT_SCALES)[0]
+    linear = close(combined, expected, epsilon) and close(scaled[0], first_scale * g1, epsilon)
     if linear:
         response = "linear"
     elif np.linalg.norm(scaled[1]) <= 2 * np.linalg.norm(scaled[0]):
@@ -81,9 +88,11 @@ def judge(gradients: np.ndarray) -> Linearity:
     return Linearity(response, float(deviations.max(initial=0)) / scale, worst, *values)
 
 
-def close(value: np.ndarray, expected: np.ndarray) -> bool:
-    """Equal up to the square root of the precision (float32's at least: an op may compute in float32 inside and
-    return float64, and a gradient that is not linear is off by far more), relative to the larger of the two."""
+def close(value: np.ndarray, expected: np.ndarray, epsilon: float | None = None) -> bool:
+    """Equal up to the square root of the precision (`epsilon`, the op's; float32's at least: an op may compute in
+    float32 inside and return float64, and a gradient that is not linear is off by far more), relative to the larger
+    of the two."""
     scale = max(float(np.max(np.abs(expected), initial=0)), float(np.max(np.abs(value), initial=0)), 1e-30)
-    precision = max(float(np.finfo(value.dtype).eps), float(np.finfo(expected.dtype).eps), 2.0**-23) ** 0.5
+    found = [float(np.finfo(array.dtype).eps) for array in (value, expected)]
+    precision = max(*found, epsilon or 0.0, 2.0**-23) ** 0.5
     return bool(np.all(np.abs(value - expected) <= precision * scale))

@@ -1,15 +1,16 @@
-"""The precision finite differences run in: float64 where the op accepts it, else the op's own; and the precision
-the op really computes in, measured.
+"""The precision finite differences run in: float64 where the op accepts it (float32 for an op of a 16-bit float
+that refuses float64), else the op's own; and the precision the op really computes in, measured.
 
-Float32 example inputs are cast up when the forward runs on float64 inputs
-and keeps their precision throughout (outputs in float64, nothing narrowed
-inside: Keras's `ops.sin` on JAX computes float64 in float32). Whether it
-does is remembered per op and input layout, so later checks of the same op
-ask once.
+Example inputs are cast up when the forward runs on the wider inputs and
+keeps their precision throughout (outputs in it; for float64, nothing
+narrowed inside: Keras's `ops.sin` on JAX computes float64 in float32, its
+`ops.matmul` on PyTorch returns float32 for float64). Whether it does is
+remembered per op and input layout, so later checks of the same op ask once.
 
 An op may compute in a narrower float than its inputs and outputs (Keras's
 quantised layers cast float64 to float32 inside; a float32 constant mixed in
-by hand): its float64 outputs then carry float32 rounding, and float64 steps
+by hand; a float16 compute dtype under a mixed-precision policy): its
+outputs then carry the narrower rounding, and steps of the wider precision
 would measure that rounding. `effective` measures it: central differences of
 u . f along one random direction, at each candidate precision's own step and
 at a 64th of it, agree where the op resolves that step (the truncation
@@ -24,36 +25,49 @@ import weakref
 
 import numpy as np
 
-from gradmagic.checking.differences import EPSILONS, relative_step
-from gradmagic.checking.run import CheckRun, flat_upstream
+from gradmagic.checking.differences import EPSILONS, machine_epsilon, relative_step
+from gradmagic.checking.run import CheckRun, OpFailed, flat_upstream
 from gradmagic.frameworks.base import Layout
 
-# Per raw function (dropped with it): input layouts whose float64 version the forward accepts.
-_ACCEPTS_FLOAT64: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per raw function (dropped with it): whether the forward accepts an input layout cast up to a wider float, by layout.
+_ACCEPTS_WIDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Per raw function: the precision it computes in (`effective`), by input layout.
 _EFFECTIVE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: The floats finite differences may run in, finest first: float32 only for ops of a coarser float.
+WIDER = ("float64", "float32")
 
 
-def in_float64(run: CheckRun) -> Layout:
-    """The layout with floating inputs cast to float64, if the forward accepts that; else the layout itself."""
+def finest(run: CheckRun) -> Layout:
+    """The layout with floating inputs cast to the finest float the forward accepts and keeps (`WIDER`, finer than
+    the op's own precision); else the layout itself."""
+    own = run.precision(run.layout)
+    known = _ACCEPTS_WIDER.setdefault(run.target.raw, {})
+    for wider in WIDER:
+        if machine_epsilon(wider) >= machine_epsilon(own):
+            break
+        key = (_key(run, run.layout), wider)
+        candidate = _cast(run, wider)
+        if key not in known:
+            known[key] = _accepts(run, candidate, wider)
+        if known[key]:
+            return candidate
+    return run.layout
+
+
+def refuse(run: CheckRun, layout: Layout) -> None:
+    """The forward accepted `layout`, cast up, but the rest did not (the gradient function mixes in float32
+    constants): remember to stay in the op's own precision."""
+    wider = run.adapter.meta(layout.perturbed[0]).dtype
+    _ACCEPTS_WIDER[run.target.raw][(_key(run, run.layout), wider)] = False
+
+
+def _cast(run: CheckRun, dtype: str) -> Layout:
+    """The layout with its floating inputs cast to `dtype`."""
     adapter, layout = run.adapter, run.layout
-    if all(adapter.meta(leaf).dtype == "float64" for leaf in layout.perturbed):
-        return layout
     inputs = list(layout.inputs)
     for k in layout.perturbable:
-        inputs[k] = adapter.to_tensors(np.asarray(adapter.to_numpy(inputs[k]), np.float64))
-    candidate = dataclasses.replace(layout, inputs=tuple(inputs), structure=adapter.pack(layout.structure, inputs))
-    known = _ACCEPTS_FLOAT64.setdefault(run.target.raw, {})
-    key = _key(run, layout)
-    if key not in known:
-        known[key] = _accepts(run, candidate)
-    return candidate if known[key] else layout
-
-
-def refuse_float64(run: CheckRun) -> None:
-    """The forward accepted float64 but the rest did not (the gradient function mixes in float32 constants): remember
-    to stay in the op's own precision."""
-    _ACCEPTS_FLOAT64[run.target.raw][_key(run, run.layout)] = False
+        inputs[k] = adapter.to_tensors(np.asarray(adapter.to_numpy(inputs[k]), dtype))
+    return dataclasses.replace(layout, inputs=tuple(inputs), structure=adapter.pack(layout.structure, inputs))
 
 
 def _key(run: CheckRun, layout: Layout) -> tuple:
@@ -65,21 +79,22 @@ def _key(run: CheckRun, layout: Layout) -> tuple:
     )
 
 
-def _accepts(run: CheckRun, layout: Layout) -> bool:
-    """Whether the forward runs on these inputs and keeps their precision, outside and inside."""
+def _accepts(run: CheckRun, layout: Layout, dtype: str) -> bool:
+    """Whether the forward runs on these inputs and keeps their precision: outputs in `dtype` and, for float64,
+    nothing narrowed inside (elsewhere a narrower float inside is measured, `effective`)."""
     adapter, target = run.adapter, run.target
     try:  # through the adapter, which runs it in the precision of the inputs (JAX: x64 for float64)
         forward = adapter.run_forward(lambda: target.raw(*layout.structure, **layout.kwargs), list(layout.inputs))
         outputs, _ = adapter.flatten(target.outputs_of(forward.result))
-    except Exception:  # the forward mixes in float32 constants or variables: stay in its own precision
+    except Exception:  # the forward mixes in narrower constants or variables: stay in its own precision
         return False
     metas = [adapter.meta(output) for output in outputs]
-    narrowed_outputs = any(meta is not None and meta.floating and meta.dtype != "float64" for meta in metas)
-    return not narrowed_outputs and not forward.narrows_float64
+    narrowed_outputs = any(meta is not None and meta.floating and meta.dtype != dtype for meta in metas)
+    return not narrowed_outputs and not (dtype == "float64" and forward.narrows_float64)
 
 
 #: The precisions `effective` tells apart, finest first.
-LADDER = ("float64", "float32", "bfloat16")
+LADDER = ("float64", "float32", "float16", "bfloat16")
 #: Slopes at a step and at a 64th of it agree to this relative difference where the op resolves the step.
 AGREEMENT = 1e-2
 #: ... or to this many roundings of u . f(z) at the candidate precision, over the smaller step.
@@ -96,19 +111,38 @@ def effective(run: CheckRun, layout: Layout) -> str:
     return known[key]
 
 
-#: What an op of the traced graph must do for the op to compute in another precision than its inputs': TensorFlow,
-#: JAX and PyTorch never narrow a float without a cast, and Python code they cannot see may do anything.
-NARROWING = ("cast", "python_function")
+def _narrower(run: CheckRun, layout: Layout) -> list[str]:
+    """The precisions the op may compute in besides `layout`'s, finest first: none where its traced graph (at the
+    op's own inputs) has no cast (TensorFlow, JAX and PyTorch never narrow a float without one), else the floats that
+    graph computes in; any where it calls into Python, which they cannot see, or was not traced. An op of a 16-bit
+    float cast up to a wider one may cast back to its own (`ops.cast(x, "float16")`, a cast its own inputs make
+    vanish from the graph): its own precision is always a candidate there."""
+    graph = run.raw_graph
+    if graph is None or any(op.meaning == "python_function" for op in graph.ops):
+        return list(LADDER)
+    own = run.precision(run.layout)
+    floats = set(traced_floats(run))
+    if layout is not run.layout and machine_epsilon(own) > EPSILONS["float32"]:
+        floats.add(own)
+    elif not any(op.meaning == "cast" for op in graph.ops):
+        return []
+    return [name for name in LADDER if name in floats]
+
+
+def traced_floats(run: CheckRun) -> list[str]:
+    """The floats the op's traced graph (at its own inputs) computes in, finest first; [] without a graph."""
+    graph = run.raw_graph
+    floats = {dtype for op in graph.ops for _, dtype in op.outputs} if graph is not None else set()
+    return [name for name in LADDER if name in floats]
 
 
 def _measure(run: CheckRun, layout: Layout) -> str:
     z = run.z(layout)
-    declared = str(z.dtype)
-    if declared != "float64" or not z.size:  # narrower still inside (mixed precision) is not measured
+    declared = run.precision(layout)
+    coarser = [name for name in _narrower(run, layout) if machine_epsilon(name) > machine_epsilon(declared)]
+    candidates = [declared] + coarser
+    if len(candidates) < 2 or not z.size:  # nothing coarser to tell apart
         return declared
-    if run.raw_graph is not None and not any(op.meaning in NARROWING for op in run.raw_graph.ops):
-        return declared  # the traced graph computes in its inputs' precision throughout: nothing to measure
-    candidates = LADDER
     rng = np.random.default_rng([run.options.seed, 5])
     direction = rng.choice([-1.0, 1.0], z.size) * rng.uniform(0.5, 1.0, z.size) * np.maximum(np.abs(z), 1)
     relative = np.array([factor * relative_step(name, None) for name in candidates for factor in (1.0, 1 / 64)])
@@ -118,11 +152,11 @@ def _measure(run: CheckRun, layout: Layout) -> str:
         # Through the compiled function the comparison then uses (traced once for both): full mode takes whole
         # outputs, projection mode contracted ones (in float64 here, so nothing is lost).
         if run.columns.size > run.options.full_threshold:
-            plus, minus = run.adapter.evaluate(run.target, layout, offsets, upstream, signs=(1.0, -1.0))
+            plus, minus = run.evaluate(layout, offsets, upstream, signs=(1.0, -1.0))
         else:
-            values = run.adapter.evaluate(run.target, layout, offsets, signs=(1.0, -1.0))
+            values = run.evaluate(layout, offsets, signs=(1.0, -1.0))
             plus, minus = values.astype(np.float64) @ upstream.astype(np.float64)
-    except Exception:  # the op failing at a perturbed point: the finite differences report it
+    except OpFailed:  # the op failing at a perturbed point: the finite differences report it
         return declared
     with np.errstate(all="ignore"):
         slopes = (plus.astype(np.float64) - minus) / (2 * relative)
@@ -132,6 +166,9 @@ def _measure(run: CheckRun, layout: Layout) -> str:
     for k, name in enumerate(candidates):
         step, small = slopes[2 * k], slopes[2 * k + 1]
         allowed = AGREEMENT * max(abs(step), abs(small)) + ROUNDINGS * EPSILONS[name] * scale / relative[2 * k + 1]
-        if np.isfinite(step) and np.isfinite(small) and abs(step - small) <= allowed:
+        # Both slopes zero where a coarser step moves the outputs: the steps moved nothing the op computes (below its
+        # precision's spacing), which is no resolution.
+        unmoved = step == 0 and small == 0 and np.any(slopes[2 * k + 2 :] != 0)
+        if np.isfinite(step) and np.isfinite(small) and abs(step - small) <= allowed and not unmoved:
             return name
     return declared  # no step resolved smoothly along this direction (a jump): judged element by element

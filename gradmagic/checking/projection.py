@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradmagic.checking import surrogate
-from gradmagic.checking.differences import Axis, aligned_empty, machine_epsilon, steps_for, tolerances
+from gradmagic.checking.differences import EPSILONS, Axis, aligned_empty, machine_epsilon, steps_for, tolerances
 from gradmagic.checking.findings import LISTED
 from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Layout
@@ -40,12 +40,16 @@ from gradmagic.report import ElementComparison, Numerics, element_label
 
 #: A direction fails when its error exceeds this many times the noise floor.
 NOISE_MARGIN = 30.0
-#: ... and this many machine epsilons (rounding of the long dot products themselves).
+#: ... and this many machine epsilons (rounding of the long dot products themselves, which run in float32 at least:
+#: a 16-bit op's own rounding is in the measured noise).
 EPSILON_FLOOR = 1e3
 #: Directions measured at a second step size too, for the truncation error.
 RICHARDSON = 1
-#: A noise floor above this leaves finite differences unable to judge (a discontinuous forward): a warning.
+#: A noise floor above this leaves finite differences unable to judge (a discontinuous forward): a warning ...
 UNJUDGEABLE_NOISE = 1e-2
+#: ... or above this many times the floor of a smooth op in the precision they run in, eps^(2/3) (truncation and
+#: rounding at the step eps^(1/3)): about 1 % in float16, 4 % in bfloat16, which is their smooth ops' own noise.
+SMOOTH_FLOORS = 10
 #: Located elements reported at most.
 LOCATED = 8
 #: Blocks when the error is spread over many elements.
@@ -91,11 +95,11 @@ class Prober:
         self._gradient_steps: dict[float, tuple[float, float]] = {}
         upstream = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
         self.upstream_vector = upstream.astype(self.z.dtype)
-        vjps = run.adapter.vjps(run.target, layout, self.z[None], self.upstream_vector[None])
+        vjps = run.vjps(layout, self.z[None], self.upstream_vector[None])
         self.custom = vjps.custom[0, 0]
         self.autodiff = None if vjps.autodiff is None else vjps.autodiff[0, 0]
         # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
-        terms = machine_epsilon(run.fd_dtype(self.z)) * np.abs(self.upstream_vector * vjps.outputs[0])
+        terms = machine_epsilon(run.precision(layout)) * np.abs(self.upstream_vector * vjps.outputs[0])
         self.rounding = (float(terms.sum()), float(np.sqrt(np.square(terms).sum())))
 
     def direction(self, row: int, element: int) -> float:
@@ -133,9 +137,7 @@ class Prober:
             directions = aligned_empty((len(rows[part]), self.z.size), self.z.dtype)
             for direction, row, weight in zip(directions, rows[part], weights[part]):
                 self.signed_steps(row, weight, direction)
-            plus, minus = self.run.adapter.evaluate(
-                self.run.target, self.layout, directions, self.upstream_vector, signs=(1.0, -1.0)
-            )
+            plus, minus = self.run.evaluate(self.layout, directions, self.upstream_vector, signs=(1.0, -1.0))
             differences[part] = (plus - minus) / 2
             predicted[part] = directions @ self.custom
             magnitude[part] = np.abs(directions, out=directions) @ np.abs(self.custom)
@@ -149,7 +151,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     options, findings = run.options, run.findings
     probes = options.probes
     z = run.z(layout)
-    dtype = run.fd_dtype(z)
+    dtype = run.precision(layout)
     epsilon = machine_epsilon(dtype)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
     prober = Prober(run, layout, steps, random_signs(options.seed, probes, z.size))
@@ -180,7 +182,8 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
         )
         return Numerics(mode="skipped", skipped_because="finite differences along random directions are NaN/Inf")
     noise_floor = float(np.nanmax(noise))
-    if noise_floor > UNJUDGEABLE_NOISE:
+    unjudgeable = max(UNJUDGEABLE_NOISE, SMOOTH_FLOORS * epsilon ** (2 / 3))
+    if noise_floor > unjudgeable:
         findings.add(
             "fd-noisy",
             "warning",
@@ -190,7 +193,8 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
             f"full_threshold = {options.full_threshold}), where each element is judged on its own and jumps are "
             "recognised.",
         )
-    threshold = NOISE_MARGIN * noise_floor + EPSILON_FLOOR * epsilon
+    floor = EPSILON_FLOOR * min(epsilon, EPSILONS["float32"])
+    threshold = NOISE_MARGIN * noise_floor + floor
     failing = ~(error <= threshold)
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
 
@@ -198,7 +202,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     max_error = float(np.nanmax(error)) / threshold
     if failing.any():
         worst = int(np.nanargmax(np.where(np.isfinite(error), error, np.inf)))
-        noise_of = lambda relative: (relative + EPSILON_FLOOR * epsilon) * scale[worst]  # noqa: E731
+        noise_of = lambda relative: (relative + floor) * scale[worst]  # noqa: E731
         locator = _Locator(
             prober,
             worst,
@@ -224,7 +228,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     else:
         seen = threshold * float(np.min(scale))
         resolution = _resolution(prober, seen, atol)[0]
-        if noise_floor <= UNJUDGEABLE_NOISE and resolution > SINGLE_ELEMENT_WARNING:
+        if noise_floor <= unjudgeable and resolution > SINGLE_ELEMENT_WARNING:
             blocks = _Blocks(prober, relative_truncation, epsilon, rtol, atol)
             located, seen = blocks.run(resolution)
             if located:
@@ -244,9 +248,9 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
                 )
                 max_error = max(max_error, blocks.worst_error)
         if not located:
-            if options.surrogate and noise_floor <= UNJUDGEABLE_NOISE:
+            if options.surrogate and noise_floor <= unjudgeable:
                 surrogate.report_declared_match(findings)
-            _report_resolution(run, layout, prober, seen, dtype, (rtol, atol))
+            _report_resolution(run, layout, prober, seen, dtype, (rtol, atol), threshold)
     _report_autodiff(run, layout, prober)
     return Numerics(
         mode="projection",
@@ -271,12 +275,16 @@ def _resolution(prober: Prober, seen: float, atol: float) -> tuple[float, float]
     return (seen / typical, seen / largest) if largest else (0.0, 0.0)
 
 
-def _report_resolution(run: CheckRun, layout: Layout, prober: Prober, seen: float, dtype: str, tolerances) -> None:
-    """`projection-resolution`: how far one element's gradient could be off and not show, where that is more than the
-    tolerance."""
+def _report_resolution(
+    run: CheckRun, layout: Layout, prober: Prober, seen: float, dtype: str, tolerances, spread: float
+) -> None:
+    """`projection-resolution`: how far one element's gradient could be off and not show, and how far the whole
+    gradient (`spread`, the relative error along a direction that fails it: a third in a 16-bit float), where either
+    is more than the tolerance."""
     rtol, atol = tolerances
     typical, best = _resolution(prober, seen, atol)
-    if typical <= max(rtol, SINGLE_ELEMENT_NOTE):
+    single = typical > max(rtol, SINGLE_ELEMENT_NOTE)
+    if not single and spread <= rtol:
         return
     options, columns = run.options, run.columns
     z_size = prober.z.size
@@ -286,18 +294,25 @@ def _report_resolution(run: CheckRun, layout: Layout, prober: Prober, seen: floa
     elif run.effective is not None:
         remedy = f" (this op computes in {dtype} inside: float64 inputs do not help)"
     elif refused:
-        remedy = " (this op does not run in float64: it mixes in float32 constants or variables)"
+        remedy = " (this op does not run in float64: it mixes in constants or variables of a narrower float)"
     else:
         remedy = " or in float64"
     parts = ", ".join(f"`{name}`" for name in columns.names)
+    if spread > rtol:  # finite differences at this precision's steps are that noisy along every direction
+        seen_here = f"rules out errors spread over the gradient only beyond {_percent(spread)} of it"
+    else:
+        seen_here = "rules out errors spread over the gradient"
+    if single:
+        seen_here += (
+            f", but not every single element's: one element of {parts} whose gradient is off by less than "
+            f"{_percent(typical)} (a typical element; {_percent(best)} at the largest gradients) would not show, "
+            f"{dtype} rounding over this many elements hides it"
+        )
     run.findings.add(
         "projection-resolution",
-        "warning" if typical > SINGLE_ELEMENT_WARNING else "info",
-        f"At {z_size:,} {dtype} elements, projection mode rules out errors spread over the gradient, but not every "
-        f"single element's: one element of {parts} whose gradient is off by less than {_percent(typical)} (a typical "
-        f"element; {_percent(best)} at the largest gradients) would not show, {dtype} rounding over this many "
-        f"elements hides it. To judge every element on its own, check in full mode (full_threshold={z_size}, "
-        f"{z_size:,} evaluations){remedy}, or at fewer elements.",
+        "warning" if max(typical, spread) > SINGLE_ELEMENT_WARNING else "info",
+        f"At {z_size:,} {dtype} elements, projection mode {seen_here}. To judge every element on its own, check in "
+        f"full mode (full_threshold={z_size}, {z_size:,} evaluations){remedy}, or at fewer elements.",
     )
 
 
@@ -365,7 +380,7 @@ class _Blocks:
         scale = magnitude + np.abs(differences)
         with np.errstate(all="ignore"):
             noise = self.truncation + 1.5 * rounding / scale
-            allowed = (NOISE_MARGIN * noise + EPSILON_FLOOR * self.epsilon) * scale
+            allowed = (NOISE_MARGIN * noise + EPSILON_FLOOR * min(self.epsilon, EPSILONS["float32"])) * scale
             error = np.abs(differences - predicted)
         lengths = np.array([float(np.sum(self.prober.steps[start:stop])) for start, stop in spans])
         self.failing = ~(error <= allowed) & (error > self.atol * lengths)  # atol: as full mode's, per element
@@ -566,8 +581,10 @@ def _report_mismatch(
     listing = []
     worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
     if located:
+        quoted = options.surrogate and prober.autodiff is not None  # the note speaks of autodiff's values
         listed = "; ".join(
             f"{element_label(e.input, e.index)}: {label} {e.custom:.6g}, finite differences {e.numerical:.6g}"
+            + (f", autodiff {e.autodiff:.6g}" if quoted and e.autodiff is not None else "")
             for e in located[:LISTED]
         )
         what = "Differing" if options.surrogate else "Wrong"
@@ -598,7 +615,7 @@ def _report_mismatch(
     )
     note = ""
     if options.surrogate:
-        rtol, atol = tolerances(run.fd_dtype(prober.custom), options.rtol, options.atol)
+        rtol, atol = tolerances(run.precision(prober.layout), options.rtol, options.atol)
         if located:
             values = np.array([[e.custom, e.numerical, np.nan if e.autodiff is None else e.autodiff] for e in located])
             custom, numerical, autodiff = values.T
@@ -635,7 +652,7 @@ def _report_autodiff(run: CheckRun, layout: Layout, prober: Prober) -> None:
         own = run.own_precision.trial if run.own_precision is not None else None
         if own is None:
             z = run.z(run.layout)
-            own = run.adapter.vjps(run.target, run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
+            own = run.vjps(run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
         custom, autodiff = own.custom[0, 0], None if own.autodiff is None else own.autodiff[0, 0]
     if autodiff is None:
         return

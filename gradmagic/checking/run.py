@@ -15,13 +15,23 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradmagic.checking.differences import Axis, coarser
+from gradmagic.checking.differences import Axis, coarser, coarsest, working_dtype
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.linearity import Linearity
 from gradmagic.checking.options import CheckOptions
 from gradmagic.checking.side_effects import StateWatch
 from gradmagic.frameworks.base import Adapter, Layout, RawGraph, Target, TensorMeta, Vjps
 from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
+
+
+class OpFailed(Exception):
+    """The op, or its framework running it, raised in one of the adapter's batched calls (`CheckRun.evaluate` and the
+    others): a finding about the op, `error` saying what. An exception of any other kind in a phase is gradmagic's
+    own, never reported as the op's."""
+
+    def __init__(self, error: Exception):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
 
 
 @dataclass
@@ -126,13 +136,40 @@ class CheckRun:
                 self.timings[timing] = self.timings.get(timing, 0.0) + time.perf_counter() - mark
 
     def z(self, layout: Layout) -> np.ndarray:
-        """z as NumPy: the perturbable inputs then the variables, flattened, in the widest floating dtype among them."""
+        """z as NumPy: the perturbable inputs then the variables, flattened, in float64 if one of them is, else in
+        float32 (`differences.working_dtype`: float16 and bfloat16 held exactly)."""
         to_numpy = self.adapter.to_numpy
         parts = [np.ravel(to_numpy(leaf)) for leaf in layout.perturbed] + [
             np.ravel(to_numpy(v)) for v in layout.variables
         ]
-        dtype = np.result_type(*[part.dtype for part in parts]) if parts else np.float32
+        dtype = working_dtype(*[part.dtype for part in parts])
         return np.concatenate([part.astype(dtype) for part in parts]) if parts else np.zeros(0, dtype)
+
+    def evaluate(
+        self, layout: Layout, offsets: np.ndarray, upstream: np.ndarray | None = None, signs: tuple = (1.0,)
+    ) -> np.ndarray:
+        """`Adapter.evaluate` of this check's op; what it raises, as `OpFailed`."""
+        return self._op_call(self.adapter.evaluate, layout, offsets, upstream, signs)
+
+    def vjps(
+        self, layout: Layout, points: np.ndarray, upstreams: np.ndarray, autodiff: bool = True, jacobian: bool = False
+    ) -> Vjps:
+        """`Adapter.vjps` of this check's op; what it raises, as `OpFailed`."""
+        return self._op_call(self.adapter.vjps, layout, points, upstreams, autodiff, jacobian)
+
+    def second_order(self, layout: Layout, upstream: np.ndarray) -> np.ndarray:
+        """`Adapter.second_order` of this check's op; what it raises, as `OpFailed`."""
+        return self._op_call(self.adapter.second_order, layout, upstream)
+
+    def gradient_graph(self, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
+        """`Adapter.gradient_graph` of this check's op; what it raises, as `OpFailed`."""
+        return self._op_call(self.adapter.gradient_graph, layout, upstreams, arguments)
+
+    def _op_call(self, primitive: Callable, layout: Layout, *arguments: Any) -> Any:
+        try:
+            return primitive(self.target, layout, *arguments)
+        except Exception as error:  # the op failing, in its framework: a finding; gradmagic's own code is not here
+            raise OpFailed(error) from error
 
     def dtypes_and_sizes(self, layout: Layout) -> tuple[list[str], list[int]]:
         """The dtype and size of each part of z (the perturbable inputs, then the variables), a dtype coarsened to
@@ -142,9 +179,10 @@ class CheckRun:
         ]
         return [coarser(meta.dtype, self.effective) for meta in metas], [meta.size for meta in metas]
 
-    def fd_dtype(self, z: np.ndarray) -> str:
-        """The precision finite differences over z are judged in: z's dtype, or the op's coarser measured one."""
-        return coarser(str(z.dtype), self.effective)
+    def precision(self, layout: Layout) -> str:
+        """The precision the op computes in at `layout`, what its comparisons there are judged in: the coarsest of
+        z's parts' dtypes, or the op's coarser measured one (`effective`)."""
+        return coarsest(self.dtypes_and_sizes(layout)[0])
 
     def _why_no_numbers(self) -> str:
         """Why no gradient value was compared, when the numbers phase did not run."""

@@ -17,14 +17,14 @@ from gradmagic.frameworks.base import Layout
 
 def compare_second_order(run: CheckRun, layout: Layout) -> None:
     """`second-order-mismatch` where the derivative of the custom gradient disagrees with its finite differences."""
-    adapter, target, options, findings, columns = run.adapter, run.target, run.options, run.findings, run.columns
+    options, findings, columns = run.options, run.findings, run.columns
     z = run.z(layout)
-    rtol, atol = tolerances(run.fd_dtype(z), options.rtol, options.atol)
+    rtol, atol = tolerances(run.precision(layout), options.rtol, options.atol)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
     upstream = np.random.default_rng(options.seed).standard_normal(run.rows.size).astype(z.dtype)
-    evaluations = adapter.vjps(target, layout, central_points(z, steps), upstream[None], autodiff=False).custom[:, 0]
+    evaluations = run.vjps(layout, central_points(z, steps), upstream[None], autodiff=False).custom[:, 0]
     plus, minus = evaluations[1 : z.size + 1], evaluations[z.size + 1 :]
-    jacobian = adapter.second_order(target, layout, upstream)
+    jacobian = run.second_order(layout, upstream)
     numerical_t, _, error_t = central_differences(plus, minus, jacobian, steps, rtol, atol)
     ranked, _, mismatched = judge(numerical_t, error_t, np.zeros(z.size, bool))
     if not mismatched.any():

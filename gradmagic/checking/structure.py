@@ -18,7 +18,7 @@ from gradmagic.checking.findings import LISTED, Findings, identifier, listing, p
 from gradmagic.checking.run import CheckRun, Trial
 from gradmagic.checking.side_effects import StateWatch
 from gradmagic.checking.source_lines import error_line, first_line, return_line, returned_names
-from gradmagic.frameworks.base import Adapter, ForwardRun, OpProblem, TensorMeta
+from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, TensorMeta
 from gradmagic.report import TensorRow
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
@@ -105,6 +105,25 @@ def check_structure(run: CheckRun) -> None:
         for name, meta, gradient in zip(names, metas, grads):
             _check_gradient(adapter, role, name, meta, gradient, findings, line, [m.shape for m in output_metas])
     run.trial = trial
+
+
+def direct_call(run: CheckRun, layout: Layout, upstreams: list) -> tuple[list, list | None]:
+    """The op's flat outputs and gradients (the perturbable inputs', then the variables'; None for a composite)
+    when the forward and the gradient function are called directly at `layout`, as the structure checks call them
+    (which found them well-formed)."""
+    adapter, target = run.adapter, run.target
+    forward = adapter.run_forward(lambda: target.raw(*layout.structure, **layout.kwargs), exclude=list(layout.inputs))
+    outputs, _ = adapter.flatten(target.outputs_of(forward.result))
+    if target.origin == "composite":
+        return outputs, None
+    arguments, keywords = _gradient_call(adapter, layout.structure, forward.result[0], upstreams, forward.variables)
+    returned = adapter.call_gradient(forward.result[1], arguments, keywords)
+    variable_gradients: list = []
+    if forward.variables:
+        returned, variable_gradients = returned
+        variable_gradients, _ = adapter.flatten(variable_gradients)
+    gradients, _ = adapter.flatten(returned)
+    return outputs, [gradients[k] for k in layout.perturbable] + list(variable_gradients)
 
 
 def _outputs(run: CheckRun, structure: Any) -> tuple[list, list[str], list[TensorMeta]] | None:
@@ -253,8 +272,9 @@ def _fits_convention(run: CheckRun, outputs: list, output_names: list[str], vari
         findings.add(
             "closed-over-variable",
             "error",
-            f"The forward reads the Keras variable{s} {listing(variable_names)}, which {'are' if several else 'is'} "
-            f"not an input. {wording.closed_over_consequence(several)}. Pass {them} as input{s} "
+            f"The forward reads the trainable Keras variable{s} {listing(variable_names)}, which "
+            f"{'are' if several else 'is'} not an input. {wording.closed_over_consequence(several)}. Pass {them} as "
+            f"input{s} "
             f"(`op(x, {', '.join(identifier(n) for n in variable_names)})`) and return "
             f"{'their' if several else 'its'} gradient with the others; that form works on every backend.",
             variable=variable_names[0],
@@ -278,8 +298,7 @@ def _fits_convention(run: CheckRun, outputs: list, output_names: list[str], vari
             "error",
             f"The forward reads the variable{'s' if several else ''} {listing(variable_names)}, which "
             f"{'are' if several else 'is'} not an input, so {adapter.decorator} calls the gradient function "
-            "with `variables=[...]` and expects `(grad_xs, grad_vars)` back. Define it as "
-            "`def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`.",
+            f"with `variables=[...]` and expects `(grad_xs, grad_vars)` back. {wording.variables_advice}",
             variable=variable_names[0],
             line=first_line(grad_fn),
         )
@@ -462,14 +481,21 @@ def _check_gradient(
     if not meta.floating:
         _not_compared(role, name, meta, findings, where)
         return
+    fixes = adapter.convention.fixes_gradients
     if gradient_meta.shape != meta.shape:
-        message = _shape_message(role, name, meta.shape, gradient_meta.shape, output_shapes, findings)
-        findings.add("grad-shape", "error", message, line=line, **where)
+        jacobian = _jacobian_of(meta.shape, gradient_meta.shape, output_shapes)
+        # A framework that sums a broadcast gradient back (PyTorch) gets it right, though the op is not portable: the
+        # numbers then judge the summed gradient. A full Jacobian it would sum too, wrongly.
+        fixed = fixes and jacobian is None and _broadcast_axes(meta.shape, gradient_meta.shape) is not None
+        message = _shape_message(role, name, meta.shape, gradient_meta.shape, jacobian, fixed, findings)
+        findings.add("grad-shape", "warning" if fixed else "error", message, line=line, **where)
     if gradient_meta.dtype != meta.dtype:
+        fixed = fixes and gradient_meta.floating
+        consequence = f" {wording.fixed_gradient('dtype')}" if fixed else ""
         findings.add(
             "grad-dtype",
-            "error",
-            f"The gradient for {role} `{name}` is {gradient_meta.dtype} but `{name}` is {meta.dtype}. "
+            "warning" if fixed else "error",
+            f"The gradient for {role} `{name}` is {gradient_meta.dtype} but `{name}` is {meta.dtype}.{consequence} "
             f"Cast it: `{wording.cast}(grad, {identifier(name)}.dtype)`.",
             line=line,
             **where,
@@ -499,30 +525,49 @@ def _not_compared(role: str, name: str, meta: TensorMeta, findings: Findings, wh
     )
 
 
-def _shape_message(
-    role: str, name: str, expected: tuple, got: tuple, output_shapes: list[tuple], findings: Findings
-) -> str:
-    wording = findings.wording
-    message = (
-        f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
-        f"{wording.wrong_shape}"
-    )
-    # A scalar input's Jacobian has the output's shape, as its unreduced broadcast has, by far the likelier mistake.
+def _jacobian_of(expected: tuple, got: tuple, output_shapes: list[tuple]) -> tuple | None:
+    """The output shape whose full Jacobian in an input of shape `expected` has the shape `got`, if one has."""
     for output in output_shapes if expected else ():
         if got in (tuple(output) + tuple(expected), tuple(expected) + tuple(output)):
-            return message + (
-                f" Its shape is the output's {list(output)} and the {role}'s {list(expected)} together: the gradient "
-                f"function returns the full Jacobian d output / d {name}, not the vector-Jacobian product. Return the "
-                f"upstream gradient times the Jacobian, summed over the output's axes (`{wording.reduce_sum}(upstream"
-                "[..., None] * jacobian, axis=...)`), or better, that product without building the Jacobian."
-            )
+            return tuple(output)
+    return None
+
+
+def _shape_message(
+    role: str, name: str, expected: tuple, got: tuple, jacobian: tuple | None, fixed: bool, findings: Findings
+) -> str:
+    """What a gradient of shape `got` for an input of shape `expected` does here, and its fix: `jacobian`, the
+    output shape when it is the full Jacobian; `fixed`, the framework sums the broadcast back itself."""
+    wording = findings.wording
+    consequence = wording.fixed_gradient("shape") if fixed else wording.wrong_shape
+    message = f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
+    message += consequence
+    # A scalar input's Jacobian has the output's shape, as its unreduced broadcast has, by far the likelier mistake.
+    if jacobian is not None:
+        return message + (
+            f" Its shape is the output's {list(jacobian)} and the {role}'s {list(expected)} together: the gradient "
+            f"function returns the full Jacobian d output / d {name}, not the vector-Jacobian product. Return the "
+            f"upstream gradient times the Jacobian, summed over the output's axes (`{wording.reduce_sum}(upstream"
+            "[..., None] * jacobian, axis=...)`), or better, that product without building the Jacobian."
+        )
     axes = _broadcast_axes(expected, got)
     if axes is not None:
         reduced = f"{wording.reduce_sum}(grad, axis={list(axes)})"
         if len(got) - len(axes) != len(expected):
             reduced = f"{wording.reshape}({reduced}, {list(expected)})"
-        message += f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes, `{reduced}`."
-    return message
+        if fixed:
+            return message + f" Sum it over the broadcast axes yourself, `{reduced}`, which works on every backend."
+        broadcast = f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes"
+        return message + f"{broadcast}, `{reduced}`."
+
+    fix = f" Return one gradient value per element of `{name}`, in its shape {list(expected)}"
+    if len(got) > 1 and tuple(got) == tuple(reversed(expected)):
+        return message + fix + ": its shape is reversed, a transpose is missing or one too many."
+    if int(np.prod(got)) == int(np.prod(expected)):
+        return message + fix + (
+            f"; if it holds the right values in another layout, `{wording.reshape}(grad, {list(expected)})`."
+        )
+    return message + fix + f": it has {int(np.prod(got))} elements where `{name}` has {int(np.prod(expected))}."
 
 
 def _broadcast_axes(shape: tuple, broadcast: tuple) -> tuple[int, ...] | None:

@@ -310,7 +310,8 @@ def autodiff_note(
     autodiff_name: str,
     ops: frozenset[str] | None,
 ) -> str:
-    """One sentence on autodiff of the forward where the surrogate differs (values at those elements)."""
+    """One sentence on autodiff of the forward where the surrogate differs, true of every such element (the listing
+    quotes autodiff's value at each element it names)."""
     if autodiff is None:
         return f" {autodiff_name} gives no gradient through this forward."
     tolerance = np.broadcast_to(tolerance, custom.shape)[differs]
@@ -327,7 +328,7 @@ def autodiff_note(
             return f" {autodiff_name} of the forward agrees with the true derivative there."
         if np.all(np.abs(values - surrogate_values) <= tolerance):
             return f" {autodiff_name} of the forward gives the surrogate's values there."
-    return f" {autodiff_name} of the forward gives {_few(values)} there."
+    return f" {autodiff_name} of the forward gives neither the true derivative nor the surrogate's values there."
 
 
 def gradient_stoppers(ops: frozenset[str] | None, wording) -> str | None:
@@ -340,7 +341,3 @@ def gradient_stoppers(ops: frozenset[str] | None, wording) -> str | None:
         found.append(f"{wording.python_function} (no gradient at all)")
     return ", ".join(found) or None
 
-
-def _few(values: np.ndarray) -> str:
-    shown = ", ".join(f"{v:.6g}" for v in values[:3])
-    return shown + (", ..." if values.size > 3 else "")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradmagic.checking.differences import Axis, relative_step, step_sizes
+from gradmagic.checking.differences import Axis, relative_step, rounded_to, step_sizes
 from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Layout
 from gradmagic.report import JacobianBlock, Problem, Sweep
@@ -42,20 +42,22 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
         values = z[columns.offsets[columns.names.index(block.input)] :][: block.shape[1]]
     else:
         values = z[column : column + 1]
-    points = _points(values, options.sweep_range, options.sweep_points or POINTS).astype(z.dtype)
+    own = run.precision(run.layout)
+    points = rounded_to(_points(values, options.sweep_range, options.sweep_points or POINTS).astype(z.dtype), own)
 
     along = np.repeat(z[None], points.size, axis=0)
     along[:, column] = points
     one_hot = np.zeros((1, rows.size), z.dtype)
     one_hot[0, row] = 1
-    vjps = run.adapter.vjps(run.target, run.layout, along, one_hot)
+    vjps = run.vjps(run.layout, along, one_hot)
 
     z_precise = run.z(precise)
     centres = points.astype(z_precise.dtype)
-    steps = step_sizes(centres, relative_step(run.fd_dtype(z_precise), options.eps))
+    numerical_dtype = run.precision(precise)
+    steps = step_sizes(centres, relative_step(numerical_dtype, options.eps), numerical_dtype)
     shifted = np.zeros((2 * points.size, z_precise.size), z_precise.dtype)
     shifted[:, column] = np.concatenate([centres + steps, centres - steps]) - z_precise[column]
-    evaluations = run.adapter.evaluate(run.target, precise, shifted)[0, :, row]
+    evaluations = run.evaluate(precise, shifted)[0, :, row]
     with np.errstate(all="ignore"):
         numerical = (evaluations[: points.size] - evaluations[points.size :]) / (2 * steps)
 
@@ -80,8 +82,8 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
         custom=_floats(vjps.custom[:, 0, column]),
         autodiff=None if vjps.autodiff is None else _floats(vjps.autodiff[:, 0, column]),
         numerical=_floats(numerical),
-        dtype=str(z.dtype),
-        numerical_dtype=run.fd_dtype(z_precise),
+        dtype=own,
+        numerical_dtype=numerical_dtype,
         elementwise=elementwise,
         kinks=kinks,
     )

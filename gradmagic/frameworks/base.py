@@ -60,10 +60,14 @@ class GradientConvention:
     tuple_required: bool = False
     #: The op may have one output tensor only (Keras's PyTorch backend).
     single_output: bool = False
-    #: "keyword": variables the forward reads are passed as `grad(..., variables=[...])`, which returns
+    #: "keyword": trainable variables the forward reads are passed as `grad(..., variables=[...])`, which returns
     #: `(grad_xs, grad_vars)` (TensorFlow); "closed-over": the framework gives them no gradient through the
-    #: custom gradient (JAX fails when one is differentiated, PyTorch leaves it without gradient).
+    #: custom gradient (JAX fails when one is differentiated, PyTorch leaves it without gradient). Non-trainable
+    #: variables are constants of the op everywhere.
     variables: str = "keyword"
+    #: The framework itself sums a gradient shaped like a broadcast of its input back to the input's shape, and casts
+    #: a gradient of another floating dtype to the input's (PyTorch's autograd): such a gradient works here.
+    fixes_gradients: bool = False
     #: The gradient function must be callable the way this framework calls it, which differs between Keras's
     #: backends: its signature is checked (Keras), or left to the call (TensorFlow, whose call it is).
     signature_checked: bool = False
@@ -333,7 +337,7 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def to_numpy(self, value: Any) -> np.ndarray:
-        """A tensor or variable as a NumPy array."""
+        """A tensor or variable as a NumPy array of a dtype NumPy has (`native`: bfloat16 as float32)."""
 
     @abc.abstractmethod
     def constant(self, array: np.ndarray, dtype: str) -> Any:
@@ -396,6 +400,12 @@ class Adapter(abc.ABC):
 
         `arguments` gives (kind, label) for each input leaf ("input", "x"), then each upstream ("upstream", "doutput").
         """
+
+
+def native(array: np.ndarray) -> np.ndarray:
+    """`array` in a dtype of NumPy's own: a float NumPy has only through ml_dtypes (bfloat16, float8) becomes float32,
+    which holds it exactly, so that no NumPy function meets it (`np.finfo` refuses it, `np.result_type` mixes it)."""
+    return array.astype(np.float32) if array.dtype.kind == "V" else array
 
 
 def unless_all_nan(values: Any) -> np.ndarray | None:

@@ -41,7 +41,7 @@ class Wording:
     where: str
     softplus: str
     stop_gradient: str
-    #: What the framework does with a gradient of the wrong shape.
+    #: What the framework does with a gradient of the wrong shape (one it does not fix, `fixes_gradients`).
     wrong_shape: str
     #: When the framework reports a wrong number of gradients.
     wrong_count: str
@@ -63,6 +63,10 @@ class Wording:
     keyword_refusal_sentence: str = ""
     #: How else keyword arguments reach the op, after "pass them by position, ".
     keyword_binding_advice: str = "or make the op with %%custom_gradient, whose op accepts them."
+    #: What to write when the forward reads variables and the gradient function takes no `variables`.
+    variables_advice: str = (
+        "Define it as `def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`."
+    )
 
     def message(self, error: BaseException) -> str:
         """The error's own message."""
@@ -100,6 +104,12 @@ class Wording:
 
     def several_outputs(self, count: int) -> str:
         """Why several output tensors fail (`GradientConvention.single_output`)."""
+        return ""
+
+    def fixed_gradient(self, what: str) -> str:
+        """What the framework does with a gradient of a broadcast shape (`what` "shape") or of another floating dtype
+        ("dtype") that it fixes itself (`GradientConvention.fixes_gradients`), and what it does elsewhere: a
+        sentence."""
         return ""
 
 

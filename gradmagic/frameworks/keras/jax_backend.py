@@ -25,6 +25,7 @@ from gradmagic.frameworks.base import (
     Target,
     TensorMeta,
     Vjps,
+    native,
     unless_all_nan,
 )
 from gradmagic.frameworks.cache import cache_of
@@ -98,7 +99,7 @@ class KerasJaxAdapter(KerasAdapter):
         return TensorMeta(tuple(value.shape), dtype.name, bool(jnp.issubdtype(dtype, jnp.floating)), name)
 
     def to_numpy(self, value: Any) -> np.ndarray:
-        return np.asarray(value.value if isinstance(value, keras.Variable) else value)
+        return native(np.asarray(value.value if isinstance(value, keras.Variable) else value))
 
     def constant(self, array: np.ndarray, dtype: str) -> Any:
         with x64(needs_x64(np.empty(0, dtype))):
@@ -107,7 +108,8 @@ class KerasJaxAdapter(KerasAdapter):
     # -- running --------------------------------------------------------------------------------------------------
 
     def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
-        """Run `call()` eagerly; the Keras variables it read, minus `exclude`, and whether it narrows float64.
+        """Run `call()` eagerly; the trainable Keras variables it read (a non-trainable one is a constant of the op, as
+        for a Keras trainer), minus `exclude`, and whether it narrows float64.
 
         With float64 inputs (`exclude` holds the input leaves) it runs with x64, and so does the gradient function it
         returns when the checker calls it.
@@ -115,7 +117,7 @@ class KerasJaxAdapter(KerasAdapter):
         wide = needs_x64(*exclude)
         with x64(wide), VariableReads() as reads:
             result = call()
-        variables = [v for v in reads.variables if not any(v is other for other in exclude)]
+        variables = [v for v in reads.variables if v.trainable and not any(v is other for other in exclude)]
         if wide and isinstance(result, (tuple, list)) and len(result) == 2 and callable(result[1]):
             result = type(result)([result[0], WithX64(result[1])])
         return ForwardRun(result, variables, wide and _narrows_float64(call))

@@ -36,6 +36,7 @@ from gradmagic.frameworks.base import (
     Target,
     TensorMeta,
     Vjps,
+    native,
 )
 from gradmagic.frameworks.keras.common import KerasAdapter, VariableReads, refuse_variables
 from gradmagic.frameworks.keras.torch_graph import GraphRecorder
@@ -58,7 +59,12 @@ class KerasTorchAdapter(KerasAdapter):
     # upstream gradient and calls grad_fn(*ctx.saved_tensors, upstream=grad_output); it returns (None,) + grads,
     # which needs a tuple. The forward runs under torch.no_grad, so closed-over variables get no gradient.
     convention = GradientConvention(
-        upstream="keyword", tuple_required=True, single_output=True, variables="closed-over", signature_checked=True
+        upstream="keyword",
+        tuple_required=True,
+        single_output=True,
+        variables="closed-over",
+        fixes_gradients=True,
+        signature_checked=True,
     )
     autodiff = "torch.autograd"
     compiled = "Keras's torch.autograd.Function"
@@ -96,7 +102,7 @@ class KerasTorchAdapter(KerasAdapter):
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu()
             return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
-        return np.asarray(value)
+        return native(np.asarray(value))
 
     def constant(self, array: np.ndarray, dtype: str) -> Any:
         return torch.as_tensor(np.asarray(array), dtype=torch_dtype(dtype))
@@ -104,13 +110,14 @@ class KerasTorchAdapter(KerasAdapter):
     # -- running --------------------------------------------------------------------------------------------------
 
     def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
-        """Run `call()` as Keras's Function runs the forward (under `torch.no_grad`); note the variables it reads,
-        and, on float64 inputs, whether an op makes a narrower float of a float64 tensor."""
+        """Run `call()` as Keras's Function runs the forward (under `torch.no_grad`); note the trainable variables it
+        reads (a non-trainable one is a constant of the op, as for a Keras trainer), and, on float64 inputs, whether an
+        op makes a narrower float of a float64 tensor."""
         wide = any(isinstance(leaf, torch.Tensor) and leaf.dtype == torch.float64 for leaf in exclude)
         watch = _NarrowingWatch() if wide else contextlib.nullcontext()
         with torch.no_grad(), VariableReads() as reads, watch:
             result = call()
-        variables = [v for v in reads.variables if not any(v is other for other in exclude)]
+        variables = [v for v in reads.variables if v.trainable and not any(v is other for other in exclude)]
         return ForwardRun(result, variables, wide and watch.narrowed)
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:

@@ -3,7 +3,9 @@ recorder share. Importing this module imports Keras and PyTorch."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import warnings
+from typing import Any, Callable, Iterator
 
 import keras
 import numpy as np
@@ -16,6 +18,18 @@ from gradmagic.frameworks.cache import cache_of
 _BATCH_ELEMENTS = 2**24
 #: Marks, on a raw function, that vmap cannot run its forward (so later checks go straight to the loop).
 _NO_VMAP = "no-vmap"
+#: What PyTorch warns when gradmagic's vectorised map meets an op without a batching rule (aten::quantile, which
+#: `ops.median` calls): a fact about gradmagic's own calls, which the user's code never makes.
+_BATCHING_WARNING = "There is a performance drop because we have not yet implemented the batching rule"
+
+
+@contextlib.contextmanager
+def batched() -> Iterator[None]:
+    """Around gradmagic's vectorised maps (`torch.func.vmap`, `is_grads_batched`): PyTorch's warning that an op has no
+    batching rule (and runs in a loop inside) is not shown; every other warning is."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_BATCHING_WARNING, category=UserWarning)
+        yield
 
 
 class OnZ:
@@ -48,9 +62,10 @@ class OnZ:
             batch = max(1, _BATCH_ELEMENTS // max(1, points.shape[1] + first.numel()))
             if not cache.get(_NO_VMAP) and len(points) > 1:
                 try:
-                    return torch.cat(
-                        [torch.func.vmap(forward)(points[i : i + batch]) for i in range(0, len(points), batch)]
-                    )
+                    with batched():
+                        return torch.cat(
+                            [torch.func.vmap(forward)(points[i : i + batch]) for i in range(0, len(points), batch)]
+                        )
                 except (RuntimeError, NotImplementedError, TypeError, ValueError):
                     # The forward uses values of tensors (`.item()`, `if`) or an op vmap lacks: one point at a time.
                     cache[_NO_VMAP] = True
@@ -97,9 +112,16 @@ def vjp_rows(outputs: torch.Tensor, z: torch.Tensor, upstreams: torch.Tensor) ->
     if len(upstreams) == 1:
         return grad([outputs], [z], [upstreams[0]])[0].detach()[None]
     try:
-        (rows,) = torch.autograd.grad(
-            outputs, z, upstreams, retain_graph=True, is_grads_batched=True, allow_unused=True, materialize_grads=True
-        )
+        with batched():
+            (rows,) = torch.autograd.grad(
+                outputs,
+                z,
+                upstreams,
+                retain_graph=True,
+                is_grads_batched=True,
+                allow_unused=True,
+                materialize_grads=True,
+            )
         return rows.detach()
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         # A gradient function vmap cannot run (`.item()`, `if` on values): one row at a time, so that its

@@ -11,15 +11,18 @@ _KEYWORD_BINDING = (
     "bind them with functools.partial before decorating, or make the op with %%custom_gradient --keras, whose op "
     "accepts them."
 )
+# What Keras's trainer does with a closed-over trainable variable, measured with Keras 3.15 (tests/test_keras_jax.py,
+# tests/test_keras_torch.py: model.fit of a layer whose op closes over one); a non-trainable one trains fine on every
+# backend, and is a constant of the op here.
+_TRAINER = "model.fit, which differentiates every trainable variable"
 
 
 @dataclass(frozen=True)
 class JaxWording(Wording):
     def closed_over_consequence(self, plural: bool) -> str:
         return (
-            "On Keras's JAX backend, jax.custom_gradient gives gradients for the op's explicit inputs only, so "
-            f"differentiating {'them' if plural else 'it'} (as a Keras trainer does) fails with JAX's "
-            "UnexpectedTracerError, 'Encountered an unexpected tracer'"
+            "jax.custom_gradient, which keras.ops.custom_gradient is on JAX, gives gradients for the op's explicit "
+            f"inputs only: {_TRAINER}, fails with JAX's UnexpectedTracerError, 'Encountered an unexpected tracer'"
         )
 
 
@@ -37,10 +40,25 @@ class TorchWording(Wording):
         return f"Keras's torch.autograd.Function takes the list for one gradient, and PyTorch fails with '{error}'"
 
     def closed_over_consequence(self, plural: bool) -> str:
+        them = "them" if plural else "it"
         return (
-            "Keras's PyTorch backend runs the forward under torch.no_grad inside a torch.autograd.Function, so "
-            f"{'they get' if plural else 'it gets'} no gradient at all, silently (`.grad` stays None and an optimizer "
-            "never moves it)"
+            "keras.ops.custom_gradient's torch.autograd.Function runs the forward under torch.no_grad, so "
+            f"{'they get' if plural else 'it gets'} no gradient at all: {_TRAINER}, trains on without moving "
+            f"{them}, Keras only warning 'Gradients do not exist for variables ... when minimizing the loss'"
+        )
+
+    def fixed_gradient(self, what: str) -> str:
+        # Measured with torch 2.13 (tests/test_keras_torch.py): autograd's validate_outputs sums a gradient whose shape
+        # the input broadcasts to back to the input's shape, and casts a floating gradient to the input's dtype.
+        if what == "shape":
+            return (
+                "PyTorch sums it back over the broadcast axes itself, so the op works here; keras.ops.custom_gradient "
+                "on JAX refuses it ('Custom VJP bwd rule must produce an output with the same type as the args tuple') "
+                "and on TensorFlow passes it on unreduced, so the op is not portable."
+            )
+        return (
+            "PyTorch casts it to the input's dtype itself, so the op works here; on TensorFlow and JAX the gradient "
+            "keeps the wrong dtype, so the op is not portable."
         )
 
     def several_outputs(self, count: int) -> str:
@@ -58,8 +76,9 @@ KERAS_ON_JAX = JaxWording(
     decorator="keras.ops.custom_gradient",
     autodiff="JAX's own gradient (jax.vjp)",
     compiled="inside jax.jit",
-    wrong_shape="Keras on JAX may accept it and fail later, far away, or fail with an error that does not name the "
-    "cause.",
+    # Measured with jax 0.10.2 (tests/test_keras_jax.py).
+    wrong_shape="JAX refuses it when the gradient is taken: 'Custom VJP bwd rule must produce an output with the same "
+    "type as the args tuple of the primal function'.",
     wrong_count="Keras on JAX reports this only when the gradient is taken.",
     ambiguous_truth=("truth value of an array", "Attempted boolean conversion of traced array"),
     keyword_refusal=("positional-only arguments",),
@@ -75,8 +94,9 @@ KERAS_ON_TORCH = TorchWording(
     decorator="keras.ops.custom_gradient",
     autodiff="PyTorch's own gradient (torch.autograd)",
     compiled="with Keras's torch.autograd.Function",
-    wrong_shape="Keras on PyTorch may accept it and fail later, far away, or fail with an error that does not name "
-    "the cause.",
+    # Measured with torch 2.13 (tests/test_keras_torch.py): what the input does not broadcast to is refused.
+    wrong_shape="PyTorch refuses it when the gradient is taken: 'Function CustomGradientFunctionBackward returned an "
+    "invalid gradient at index ... expected shape compatible with ...'.",
     wrong_count="Keras on PyTorch reports this only when the gradient is taken.",
     # keras/src/backend/torch/core.py: CustomGradientFunction.forward runs the forward under torch.no_grad.
     second_order=" On Keras's PyTorch backend the forward runs under torch.no_grad, so the tensors the gradient "

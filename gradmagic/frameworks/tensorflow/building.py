@@ -35,9 +35,10 @@ def flat_gradients(gradients: list, dtype: tf.DType) -> tf.Tensor:
 
 
 def z_dtype(layout: Layout, inputs: list) -> tf.DType:
-    """The dtype of z: the widest floating dtype of what it holds."""
+    """The dtype of z, as the check engine holds it: float64 if what it holds has one, else float32 (which holds float16
+    and bfloat16 exactly)."""
     dtypes = [inputs[k].dtype.base_dtype for k in layout.perturbable] + [v.dtype.base_dtype for v in layout.variables]
-    return tf.float64 if tf.float64 in dtypes else (dtypes[0] if dtypes else tf.float32)
+    return tf.float64 if tf.float64 in dtypes else tf.float32
 
 
 def z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:

@@ -21,6 +21,7 @@ from gradmagic.frameworks.base import (
     Target,
     TensorMeta,
     Vjps,
+    native,
     unless_all_nan,
 )
 from gradmagic.frameworks.cache import cache_of
@@ -124,7 +125,7 @@ class TensorFlowAdapter(Adapter):
         return TensorMeta(tuple(value.shape), dtype.name, dtype.is_floating, name)
 
     def to_numpy(self, value: Any) -> np.ndarray:
-        return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        return native(np.asarray(value.numpy() if hasattr(value, "numpy") else value))
 
     def constant(self, array: np.ndarray, dtype: str) -> Any:
         return tf.constant(array, dtype=dtype)

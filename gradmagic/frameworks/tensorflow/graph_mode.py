@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from gradmagic.frameworks.base import ForwardRun, Layout, RawGraph, Target, TensorMeta, Vjps, unless_all_nan
+from gradmagic.frameworks.base import ForwardRun, Layout, RawGraph, Target, TensorMeta, Vjps, native, unless_all_nan
 from gradmagic.frameworks.cache import cache_of
 from gradmagic.frameworks.tensorflow import building, watching
 from gradmagic.frameworks.tensorflow.eager import TensorFlowAdapter
@@ -102,7 +102,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         return TensorMeta(shape if shape is not None else (), dtype.name, dtype.is_floating, name)
 
     def to_numpy(self, value: Any) -> np.ndarray:
-        return self._here.value(value)
+        return native(self._here.value(value))
 
     def constant(self, array: np.ndarray, dtype: str) -> Any:
         return self._here.constant(array, dtype)

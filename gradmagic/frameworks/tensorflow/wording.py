@@ -79,5 +79,10 @@ KERAS_ON_TENSORFLOW = dataclasses.replace(
     runs_on="Keras's TensorFlow backend",
     decorator="keras.ops.custom_gradient",
     autodiff="TensorFlow's own gradient (tf.GradientTape)",
+    # Keras's JAX and PyTorch backends give closed-over variables no gradient: the portable form takes them as inputs.
+    variables_advice="Pass it as an input of the op instead (`op(x, w)`) and return its gradient with the others: "
+    "that form works on every Keras backend (Keras's own quantised layers pass their kernels so). On TensorFlow "
+    "alone, `def grad(*args, upstream=None, variables=None):` returning `grad_xs, [grad for each variable]` works "
+    "too.",
     **KERAS_OPS,
 )
