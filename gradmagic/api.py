@@ -16,7 +16,7 @@ from typing import Any, Callable
 from gradmagic import checking, portability
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
-from gradmagic.errors import GradmagicError, InputError
+from gradmagic.errors import GradmagicError, InputError, interrupts_in_user_frames
 from gradmagic.frameworks import get_adapter
 from gradmagic.magic_line import split_words
 from gradmagic.notebook import contexts, display
@@ -71,6 +71,7 @@ class CheckContext:
         return context.run(*arguments, progress=progress)
 
 
+@interrupts_in_user_frames
 def check(
     op: Callable,
     *args: Any,
@@ -91,21 +92,29 @@ def check(
     given, is called with the fraction done (0 to 1) and the phase starting.
     In Jupyter, the report left as a cell's value shows as a widget whose
     Re-check button runs the check again.
+
+    Arguments that cannot be what they name raise a TypeError or ValueError
+    saying which: an `op` that is not callable, inputs that do not fit its
+    signature, `kwargs` that are not keyword arguments, a `progress` that
+    cannot be called with `(fraction, phase)`, an unknown option or framework.
     """
-    settings = _options(op, kwargs, progress, framework, options)
+    settings = _options(op, kwargs, progress, framework, options, args)
     display.register()
     context = CheckContext(op, settings, arguments=(list(args), dict(kwargs or {})))
     return context.run(list(args), dict(kwargs or {}), progress=progress)
 
 
+@interrupts_in_user_frames
 def assert_gradient(op: Callable, *args: Any, **options: Any) -> Report:
     """`check` for test suites: raise AssertionError with the report's text unless it passes."""
+    __tracebackhide__ = True
     report = check(op, *args, **options)
     if not report.ok:
         raise AssertionError(render_text(report))
     return report
 
 
+@interrupts_in_user_frames
 def gradient_graph(
     op: Callable, *args: Any, kwargs: dict | None = None, framework: str = "tensorflow", fold: bool = True
 ) -> Graph:
@@ -114,7 +123,7 @@ def gradient_graph(
     Raises GradmagicError, with the report's text, when the op is too broken to trace.
     """
     settings = _options(
-        op, kwargs, None, framework, dict(tf_function=False, numbers=False, sweep=False, fold_graph=fold)
+        op, kwargs, None, framework, dict(tf_function=False, numbers=False, sweep=False, fold_graph=fold), args
     )
     display.register()
     report = checking.check(op, args, kwargs, settings, name_source=source_label)
@@ -123,12 +132,54 @@ def gradient_graph(
     return report.graph
 
 
-def _options(op: Any, kwargs: Any, progress: Any, framework: str, options: dict) -> CheckOptions:
-    """The check's options, validated, after the arguments that are not options."""
+def _options(op: Any, kwargs: Any, progress: Any, framework: Any, options: dict, args: tuple = ()) -> CheckOptions:
+    """The check's options, validated, after the arguments that are not options (a TypeError or ValueError naming
+    the argument that cannot be what it names)."""
     if not callable(op):
-        raise TypeError(f"op must be a custom-gradient op or a function returning (outputs, grad_fn), not {op!r}")
+        raise TypeError(
+            f"op must be a custom-gradient op or a function returning (outputs, grad_fn), not {_shown(op)}"
+            + (": give the op first, then its inputs, check(op, x)" if op is None and args else "")
+        )
     if kwargs is not None and not isinstance(kwargs, dict):
-        raise TypeError(f"kwargs must be a dict of keyword arguments for the op, not {kwargs!r}")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be a callable(fraction, phase), not {progress!r}")
-    return CheckOptions.of(framework=framework, **options)
+        raise TypeError(f"kwargs must be a dict of keyword arguments for the op, not {_shown(kwargs)}")
+    for key in kwargs or {}:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise TypeError(f"kwargs must name the op's keyword arguments, not {_shown(key)}")
+    if progress is not None and not _takes_two(progress):
+        raise TypeError(f"progress must be a callable(fraction, phase), not {_shown(progress)}")
+    settings = CheckOptions.of(framework=framework, **options)
+    _check_call(op, args, kwargs or {})
+    return settings
+
+
+def _check_call(op: Callable, args: tuple, kwargs: dict) -> None:
+    """TypeError unless `op` can take these inputs (where its signature can be read)."""
+    try:
+        signature = inspect.signature(op)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        name = getattr(op, "__name__", type(op).__name__)
+        raise TypeError(
+            f"The inputs do not fit `{name}{signature}`: {error}. Give the op's inputs after it, check(op, x, y), "
+            "and its keyword arguments as kwargs={...}"
+        ) from None
+
+
+def _takes_two(function: Callable) -> bool:
+    """Whether `function(fraction, phase)` can be called (True where its signature cannot be read)."""
+    try:
+        inspect.signature(function).bind(0.0, "")
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message names it, at most a line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -14,6 +14,7 @@ import ast
 import contextlib
 import inspect
 import linecache
+import types
 
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
@@ -23,9 +24,10 @@ from traitlets import Bool, Enum, Float, Int
 from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
-from gradmagic.errors import GradmagicError, OptionError
-from gradmagic.magic_line import split_words
+from gradmagic.errors import GradmagicError, OptionError, interrupts_in_user_frames
+from gradmagic.magic_line import is_example_input, split_words
 from gradmagic.op import OpInfo, attach, info_of
+from gradmagic.report import display_text
 
 #: The check options' defaults, which the `%config` traits start from.
 _DEFAULTS = CheckOptions()
@@ -202,6 +204,7 @@ class GradientMagics(Magics):
     @_check_arguments
     @no_var_expand
     @line_cell_magic
+    @interrupts_in_user_frames
     def custom_gradient(self, line: str, cell: str | None = None):
         """Turn the cell into a custom-gradient op, bound in the notebook under its name.
 
@@ -256,6 +259,11 @@ class GradientMagics(Magics):
                 "(see %custom_gradient?)."
             )
         options = self._parse(self.custom_gradient, line)
+        if options.target is not None and is_example_input(options.target):
+            raise UsageError(
+                f"`{display_text(options.target, 200)}` is an example input without its --check: give each input "
+                "its own, `--check x=EXPR --check y=EXPR`."
+            )
         run_check = self.check if options.run_check is None else options.run_check
         quiet = self.quiet if options.quiet is None else options.quiet
         magic_line = f"%%custom_gradient {line}".rstrip()
@@ -266,12 +274,19 @@ class GradientMagics(Magics):
             adapter = frameworks.get_adapter(settings.framework)
             compiled = source.compile_cell(cell_source, options.target)
         except GradmagicError as error:
-            raise UsageError(str(error)) from None
+            raise _usage(str(error)) from None
         except SyntaxError as error:
-            raise UsageError(self._syntax_error_message(error)) from None
+            raise _usage(self._syntax_error_message(error, cell_source.filename)) from None
 
         namespace = self.shell.user_ns
         previous = namespace.get(compiled.name)
+        if isinstance(previous, types.ModuleType):
+            raise UsageError(
+                f"The op would be bound to `{compiled.name}`, which is the module {previous.__name__} in the notebook: "
+                f"binding the op there would hide the module (`{compiled.name}.` would fail in --check and in every "
+                f"later cell). Give the function another name.\n`{compiled.name}` was not (re)defined; the notebook "
+                "is as before."
+            )
         try:
             with source.UnchangedOnFailure(namespace):
                 function = self._run_cell(compiled, namespace)
@@ -298,7 +313,7 @@ class GradientMagics(Magics):
                         values = example_inputs.evaluate(examples, namespace)
                     arguments = example_inputs.bind(signature, values)
         except GradmagicError as error:
-            raise UsageError(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
+            raise _usage(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
         if arguments is None:
             if not quiet:
                 print(
@@ -320,6 +335,7 @@ class GradientMagics(Magics):
     @_check_arguments
     @no_var_expand
     @line_magic
+    @interrupts_in_user_frames
     def gradcheck(self, line: str):
         """Check a custom-gradient op at example inputs and show the report: %gradcheck OP ARG=EXPR ...
 
@@ -341,7 +357,7 @@ class GradientMagics(Magics):
             settings = self._settings(options, info.framework if info else self.framework)
             return self._check(op, examples, arguments, settings)
         except GradmagicError as error:
-            raise UsageError(str(error)) from None
+            raise _usage(str(error)) from None
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
@@ -354,6 +370,7 @@ class GradientMagics(Magics):
     @magic_arguments.argument("--raw", action="store_true", help="Keep every traced op (no folding of plumbing).")
     @no_var_expand
     @line_magic
+    @interrupts_in_user_frames
     def gradgraph(self, line: str):
         """Draw the gradient graph of an op at example inputs: %gradgraph OP ARG=EXPR ... [--raw]
 
@@ -374,7 +391,7 @@ class GradientMagics(Magics):
             framework = info.framework if info else self.framework
             return gradient_graph(op, *args, kwargs=kwargs, framework=framework, fold=not options.raw)
         except GradmagicError as error:
-            raise UsageError(str(error)) from None
+            raise _usage(str(error)) from None
 
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
@@ -406,6 +423,7 @@ class GradientMagics(Magics):
     )
     @no_var_expand
     @line_cell_magic
+    @interrupts_in_user_frames
     def gradwatch(self, line: str, cell: str | None = None):
         """Run the cell under a watch, and show every custom-gradient op it reached, checked at its real inputs.
 
@@ -458,13 +476,13 @@ class GradientMagics(Magics):
         try:
             watch = Watch(check=options.run_check, memory_limit=memory, surrogates=options.surrogates, **settings)
         except GradmagicError as error:  # a bad %config value, named
-            raise UsageError(str(error)) from None
+            raise _usage(str(error)) from None
         statements, last = self._compile_watched(f"%%gradwatch {line}".rstrip(), cell)
         started = contextlib.ExitStack()
         try:
             started.enter_context(watch)
         except GradmagicError as error:  # no TensorFlow, or another watch running
-            raise UsageError(str(error)) from None
+            raise _usage(str(error)) from None
         try:
             with started:
                 exec(statements, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - the user's cell
@@ -492,7 +510,7 @@ class GradientMagics(Magics):
         try:
             tree = self.shell.compile.ast_parse("\n" + self.shell.transform_cell(cell), filename)
         except SyntaxError as error:
-            raise UsageError(self._syntax_error_message(error)) from None
+            raise _usage(self._syntax_error_message(error, filename)) from None
         tree = self.shell.transform_ast(tree)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         statements = self.shell.compile(ast.Module(tree.body, type_ignores=[]), filename, "exec")
@@ -518,7 +536,7 @@ class GradientMagics(Magics):
         try:
             words = split_words(line)
         except GradmagicError as error:
-            raise UsageError(str(error)) from None
+            raise _usage(str(error)) from None
         return magic.parser.parse_args(words)
 
     def _register_cell(self, text: str) -> str:
@@ -541,10 +559,12 @@ class GradientMagics(Magics):
             frame = frame.f_back
         return self.shell.execution_count
 
-    def _syntax_error_message(self, error: SyntaxError) -> str:
-        """A SyntaxError laid out as IPython shows one in a plain cell."""
-        kind, label = self.shell.compile.format_code_name(error.filename) or ("File", error.filename)
-        lines = [f"SyntaxError in {kind} {label}, line {error.lineno}: {error.msg}"]
+    def _syntax_error_message(self, error: SyntaxError, filename: str) -> str:
+        """A SyntaxError laid out as IPython shows one in a plain cell (in the cell `filename` where Python names no
+        file or line: a NUL in the cell)."""
+        source_name = error.filename or filename
+        kind, label = self.shell.compile.format_code_name(source_name) or ("File", source_name)
+        lines = [f"SyntaxError in {kind} {label}{f', line {error.lineno}' if error.lineno else ''}: {error.msg}"]
         # Errors found when compiling the AST (e.g. a duplicate argument) carry no text.
         text = (error.text or linecache.getline(error.filename, error.lineno or 0)).rstrip("\n")
         if text:
@@ -610,6 +630,12 @@ def _signature_of(op, expression: str) -> inspect.Signature:
         return inspect.signature(op)
     except (TypeError, ValueError) as error:
         raise GradmagicError(f"Cannot read the signature of `{expression}`: {error}.") from None
+
+
+def _usage(message: str) -> UsageError:
+    """A UsageError whose message shows as written: the user's text in it (an error their expression raised) can
+    neither colour the output nor flood it (`display_text`)."""
+    return UsageError(display_text(message))
 
 
 def _add_note(error: BaseException, note: str) -> None:

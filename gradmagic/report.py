@@ -12,7 +12,9 @@ checks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -25,6 +27,79 @@ MIME_TYPE = "application/vnd.gradmagic.report+json"
 
 SEVERITIES = ("error", "warning", "info")
 
+#: The longest a message, a note or an error of a report may be; beyond, it is cut, with a note of how much more.
+TEXT_LIMIT = 3_000
+#: The longest a name, a label or a signature of a report may be.
+NAME_LIMIT = 300
+#: Characters no view shows as they are: control characters (an ANSI escape colours a terminal and JupyterLab's
+#: text output, a NUL ends an SVG figure), bidirectional overrides (which reorder what is shown) and lone surrogates
+#: (which cannot be sent as UTF-8). Newlines and tabs are kept.
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+#: Room kept for the note at the end of a cut text: ` … (1,234,567 characters more)`.
+_NOTE_ROOM = 40
+
+
+def display_text(text: str, limit: int | None = TEXT_LIMIT) -> str:
+    """`text` as every view can show it literally: line endings made `\\n`, the characters no view shows as they are
+    written as Python escapes (`\\x1b`, `\\x00`, `\\u202e`), and text beyond `limit` characters cut, with a note of
+    how much more there was. Markup (HTML, `$...$`) is left as it is: each view shows it as text. Applying it again
+    changes nothing."""
+    if _UNSHOWN.search(text):
+        text = _UNSHOWN.sub(_escaped, text.replace("\r\n", "\n").replace("\r", "\n"))
+    if limit is not None and len(text) > limit:
+        kept = max(limit - _NOTE_ROOM, 0)
+        text = f"{text[:kept]} … ({len(text) - kept:,} characters more)"
+    return text
+
+
+def _escaped(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+#: Fields that hold prose (cut at TEXT_LIMIT; other strings are names, cut at NAME_LIMIT).
+_PROSE_FIELDS = frozenset({"message", "reason", "note", "notes", "error", "skipped_because", "reasons"})
+#: Fields that hold identifiers other data refers to (graph node ids): never changed, and never shown.
+_KEY_FIELDS = frozenset({"id", "source", "target", "members"})
+
+
+@functools.cache
+def _text_fields(cls: type) -> tuple[tuple[str, int], ...]:
+    return tuple(
+        (f.name, TEXT_LIMIT if f.name in _PROSE_FIELDS else NAME_LIMIT)
+        for f in dataclasses.fields(cls)
+        if f.name not in _KEY_FIELDS and ("str" in str(f.type) or "dict" in str(f.type))
+    )
+
+
+def _shown(value: Any, limit: int) -> Any:
+    """`value` with its strings (its own, or a tuple's, list's or dict's values') made `display_text`; `value` itself
+    when they are already."""
+    if isinstance(value, str):
+        return value if len(value) <= limit and not _UNSHOWN.search(value) else display_text(value, limit)
+    if isinstance(value, (tuple, list)):
+        items = [_shown(item, limit) for item in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+    if isinstance(value, dict):
+        items = {key: _shown(item, limit) for key, item in value.items()}
+        return value if all(items[key] is item for key, item in value.items()) else items
+    return value
+
+
+class _Shown:
+    """Every string this data holds is as every view can show it (`display_text`), whoever made it: the checker,
+    the watch, or JSON read back. It is made so once, here, so that no renderer can show a user's text as markup,
+    colours or a wall of text."""
+
+    def __post_init__(self) -> None:
+        for name, limit in _text_fields(type(self)):
+            value = getattr(self, name)
+            if value is None or (type(value) is str and len(value) <= limit and not _UNSHOWN.search(value)):
+                continue  # the common case, quickly
+            shown = _shown(value, limit)
+            if shown is not value:
+                object.__setattr__(self, name, shown)
+
 
 def element_label(name: str, index: tuple[int, ...] | None) -> str:
     """`x[2, 0]` for an element, `x` for a scalar or the whole tensor."""
@@ -32,7 +107,7 @@ def element_label(name: str, index: tuple[int, ...] | None) -> str:
 
 
 @dataclass(frozen=True)
-class Location:
+class Location(_Shown):
     """Where a problem is. Every field is optional; a problem names what it can."""
 
     input: str | None = None  # argument name, e.g. "x", or "args[1]" for a *args element
@@ -45,7 +120,7 @@ class Location:
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(_Shown):
     """One finding: a stable `code`, a severity, and a message naming cause and fix."""
 
     code: str
@@ -54,12 +129,13 @@ class Problem:
     location: Location | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
 
 
 @dataclass(frozen=True)
-class TensorRow:
+class TensorRow(_Shown):
     """A line of the shapes table: one input, output, upstream or downstream gradient, or variable."""
 
     role: str  # "input" | "output" | "upstream" | "downstream" | "variable" | "variable-gradient"
@@ -72,7 +148,7 @@ class TensorRow:
 
 
 @dataclass(frozen=True)
-class ElementComparison:
+class ElementComparison(_Shown):
     """One Jacobian element (or a located element in projection mode), side by side."""
 
     input: str  # input or variable name
@@ -86,7 +162,7 @@ class ElementComparison:
 
 
 @dataclass(frozen=True)
-class JacobianBlock:
+class JacobianBlock(_Shown):
     """Dense Jacobians d output / d input for small sizes (for heatmaps), row-major, outputs by rows."""
 
     input: str
@@ -101,7 +177,7 @@ class JacobianBlock:
 
 
 @dataclass(frozen=True)
-class Numerics:
+class Numerics(_Shown):
     """How the finite-difference comparison was done, and what it found."""
 
     mode: str  # "full" | "projection" | "skipped"
@@ -119,7 +195,7 @@ class Numerics:
 
 
 @dataclass(frozen=True)
-class GraphNode:
+class GraphNode(_Shown):
     """An op (or an input, output or gradient) of the traced forward-and-backward graph."""
 
     id: str
@@ -133,7 +209,7 @@ class GraphNode:
 
 
 @dataclass(frozen=True)
-class GraphEdge:
+class GraphEdge(_Shown):
     """A tensor from one node to another; `saved` when the backward keeps it from the forward."""
 
     source: str
@@ -145,7 +221,7 @@ class GraphEdge:
 
 
 @dataclass(frozen=True)
-class GraphScope:
+class GraphScope(_Shown):
     """A name scope drawn as one node (`id`, e.g. `forward/block_2`) in place of its `members`, which it stands for.
 
     The node's shapes, dtypes and line are those of its first member."""
@@ -225,7 +301,7 @@ class Graph:
 
 
 @dataclass(frozen=True)
-class Sweep:
+class Sweep(_Shown):
     """The op along one input element, the others held at the example point.
 
     `values` is the output element, `custom` and `autodiff` its derivative
@@ -253,7 +329,7 @@ class Sweep:
 
 
 @dataclass(frozen=True)
-class Surrogate:
+class Surrogate(_Shown):
     """A custom gradient that is deliberately not the derivative: declared by the user, or recognised.
 
     Declared (`surrogate=True`), its difference from the true derivative is
@@ -267,7 +343,7 @@ class Surrogate:
 
 
 @dataclass(frozen=True)
-class OpDescription:
+class OpDescription(_Shown):
     """What was checked."""
 
     name: str
@@ -281,7 +357,7 @@ class OpDescription:
 
 
 @dataclass(frozen=True)
-class BackendResult:
+class BackendResult(_Shown):
     """The op checked on one Keras backend, in its own process (the portability check)."""
 
     backend: str  # "tensorflow" | "jax" | "torch"
@@ -293,7 +369,7 @@ class BackendResult:
 
 
 @dataclass(frozen=True)
-class Report:
+class Report(_Shown):
     """The result of `gradmagic.check`: problems, the shapes table, numerics and timings."""
 
     op: OpDescription
@@ -401,7 +477,7 @@ _VERDICT_ORDER = ("fail", "warn", "surrogate", "pass", "unchecked")
 
 
 @dataclass(frozen=True)
-class ValueSummary:
+class ValueSummary(_Shown):
     """One input or output of an op over the calls a watch recorded: its dtype, the shapes it had, its range."""
 
     name: str  # "x", "args[1]", "output", "output[0]"
@@ -413,7 +489,7 @@ class ValueSummary:
 
 
 @dataclass(frozen=True)
-class NonFinite:
+class NonFinite(_Shown):
     """The first call in which an op's gradient (or its output) had NaN or infinite elements."""
 
     op: str
@@ -438,7 +514,7 @@ class NonFinite:
 
 
 @dataclass(frozen=True)
-class CheckedCall:
+class CheckedCall(_Shown):
     """A call a watch kept, and the verdict of the op's check at its inputs."""
 
     call: int
@@ -449,7 +525,7 @@ class CheckedCall:
 
 
 @dataclass(frozen=True)
-class WatchedOp:
+class WatchedOp(_Shown):
     """One custom-gradient op under a watch: what its calls received and did, and its check at the inputs it got.
 
     `report` is an ordinary Report: the op checked at the kept call that shows the most (`checked_call`), or "not
@@ -503,7 +579,7 @@ class WatchedOp:
 
 
 @dataclass(frozen=True)
-class WatchProblem:
+class WatchProblem(_Shown):
     """A problem of a watch: the op it is about, and the call whose recorded inputs show it (None: the watched code
     itself showed it)."""
 
@@ -524,7 +600,7 @@ class WatchProblem:
 
 
 @dataclass(frozen=True)
-class WatchReport:
+class WatchReport(_Shown):
     """What `gradmagic.watch()` found: every custom-gradient op the watched code reached, each with an ordinary
     Report (`ops`), and where the first gradient went non-finite.
 

@@ -44,6 +44,7 @@ class CompiledCell:
     name: str
     form: str  # "definition" or "body"
     code: types.CodeType
+    decorators: tuple[tuple[str, int], ...] = ()  # the def's decorators as written, and their cell lines
 
 
 @functools.lru_cache(maxsize=64)
@@ -101,12 +102,21 @@ def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
             f"`{name}` (cell line {node.lineno}) is an `async def`; a custom-gradient op must be a plain `def`."
         )
     for decorator in node.decorator_list:
-        if ast.unparse(decorator).split("(")[0].endswith("custom_gradient"):
+        written = ast.unparse(decorator)
+        if written.split("(")[0].endswith("custom_gradient"):
             raise CellError(
-                f"`{name}` is already decorated with `@{ast.unparse(decorator)}` (cell line {decorator.lineno}); "
+                f"`{name}` is already decorated with `@{written}` (cell line {decorator.lineno}); "
                 "remove that line: the magic applies the decorator itself."
             )
-    return CompiledCell(name, "definition", compile(tree, cell.filename, "exec"))
+        if written.split("(")[0].split(".")[-1] == "function":
+            raise CellError(
+                f"`{name}` is decorated with `@{written}` (cell line {decorator.lineno}); remove that line: the magic "
+                f"needs the plain function, which returns `(outputs, grad)`, to make the custom-gradient op. The op "
+                f"works inside tf.function: decorate the function that calls it, or compile it after this cell, "
+                f"`{name}_compiled = tf.function({name})`."
+            )
+    decorators = tuple((ast.unparse(decorator), decorator.lineno) for decorator in node.decorator_list)
+    return CompiledCell(name, "definition", compile(tree, cell.filename, "exec"), decorators)
 
 
 def _compile_body_form(cell: Cell, target: str) -> CompiledCell:
@@ -153,6 +163,13 @@ def run_compiled_cell(compiled: CompiledCell, namespace: dict) -> types.Function
     __tracebackhide__ = True
     exec(compiled.code, namespace)
     function = namespace.get(compiled.name)
+    if not isinstance(function, types.FunctionType) and compiled.decorators:
+        written, line = compiled.decorators[0]
+        raise CellError(
+            f"`{compiled.name}` is decorated with `@{written}` (cell line {line}), which made it a "
+            f"{type(function).__name__}, not a function; remove the decorator: the magic needs the plain function, "
+            "which returns `(outputs, grad)`, to make the custom-gradient op."
+        )
     if not isinstance(function, types.FunctionType):
         raise CellError(
             f"After the cell ran, `{compiled.name}` is a {type(function).__name__}, not the function the cell "

@@ -205,7 +205,7 @@ def test_an_executed_notebook_exports_the_static_report_not_an_empty_widget(tmp_
     )
     assert done.returncode == 0, done.stderr[-3000:]
     exported = (tmp_path / "shared.html").read_text()
-    report = exported[exported.index('class="gradmagic-report"') :]  # the report's HTML itself, not data in a script
+    report = exported[exported.index('class="gradmagic-report ') :]  # the report's HTML itself, not data in a script
     assert "square(x)" in report and "PASSES" in report and "data:image/svg+xml;base64," in report
     assert "application/vnd.jupyter.widget-view+json" not in exported
 
@@ -232,7 +232,7 @@ def test_demo_notebook_exports_to_html_with_nbconvert(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     exported = (tmp_path / "demo.html").read_text()
-    assert exported.count('class="gradmagic-report"') >= 5 and "log1pexp(x)" in exported
+    assert exported.count('class="gradmagic-report ') >= 5 and "log1pexp(x)" in exported
     assert "application/vnd.jupyter.widget-view+json" not in exported
 
 

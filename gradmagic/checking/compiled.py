@@ -13,6 +13,7 @@ import numpy as np
 
 from gradmagic.checking import linearity, precision
 from gradmagic.checking.differences import EPSILONS, Axis, coarser, machine_epsilon, rounding_allowance
+from gradmagic.checking.findings import listing
 from gradmagic.checking.run import CheckRun, OpFailed, OwnPrecision, flat_upstream
 from gradmagic.checking.structure import direct_call
 from gradmagic.frameworks.base import Layout, Vjps
@@ -61,11 +62,20 @@ def report_compiled_failure(run: CheckRun, error: Exception) -> None:
     findings = run.findings
     wording = findings.wording
     cause = wording.cause(error)
+    variables = [name for name, meta in zip(run.inputs.names, run.inputs.metas) if meta is not None and meta.name]
+    advice = wording.compiled_failure_advice(cause)
+    if variables and wording.variable_input:  # the forward used the variable itself (`.assign`), eagerly only
+        advice = (
+            f"{listing(variables)} {'is a variable' if len(variables) == 1 else 'are variables'}: "
+            f"{wording.compiled}, {wording.variable_input}, so the forward can use its value (arithmetic), not the "
+            "variable's methods or attributes (`.assign`, `.trainable`). An op that updates a variable reads it from "
+            f"outside (the gradient function then takes `variables=`). {advice}"
+        )
     findings.add(
         "graph-mismatch",
         "error",
         f"`{findings.name}` works {wording.direct} but taking its gradient {wording.compiled} fails: "
-        f"{type(error).__name__}: {cause} {wording.compiled_failure_advice(cause)}".rstrip(),
+        f"{type(error).__name__}{': ' + cause.rstrip('.') if cause else ''}. {advice}".rstrip(),
     )
 
 

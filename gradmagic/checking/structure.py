@@ -9,6 +9,7 @@ at hand) needs.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -38,7 +39,7 @@ def check_structure(run: CheckRun) -> None:
     except OpProblem as found:  # a mistake the framework reports far away, or not at all, found by the adapter
         findings.add(found.code, "error", found.message, line=error_line(found, target, findings.wording))
         return
-    except Exception as error:  # the user's forward: any exception is a finding
+    except (Exception, SystemExit) as error:  # the user's forward: any exception (sys.exit() too) is a finding
         findings.add(
             "forward-error",
             "error",
@@ -79,7 +80,10 @@ def check_structure(run: CheckRun) -> None:
     watch = StateWatch(adapter, grad_fn)
     try:
         returned = adapter.call_gradient(grad_fn, arguments, keywords)
-    except Exception as error:  # the user's gradient function
+    except (Exception, SystemExit) as error:  # the user's gradient function (sys.exit() too)
+        if _upstream_left_none(adapter, grad_fn, arguments, keywords):
+            _missing_upstream_fallback(run, grad_fn, f"raised {type(error).__name__}")
+            return
         findings.add(
             "grad-error",
             "error",
@@ -89,6 +93,9 @@ def check_structure(run: CheckRun) -> None:
         return
     finally:
         _side_effects(run, watch, grad_fn)
+    if returned is None and _upstream_left_none(adapter, grad_fn, arguments, keywords):
+        _missing_upstream_fallback(run, grad_fn, "returned None")
+        return
     line = first_line(grad_fn)
     if variables:
         returned = _split_variable_gradients(run, trial, returned, line)
@@ -348,6 +355,33 @@ def _accepts_call(run: CheckRun, grad_fn, arguments: list, keywords: dict) -> bo
     return False
 
 
+def _upstream_left_none(adapter: Adapter, grad_fn: Any, arguments: list, keywords: dict) -> bool:
+    """Whether a Keras backend that passes the upstream gradient positionally (TensorFlow, JAX) leaves a keyword-only
+    `upstream` parameter, `grad(*args, upstream=None)` as PyTorch's backend calls it, at its default."""
+    if adapter.convention.upstream == "keyword" or not adapter.convention.signature_checked:
+        return False
+    try:
+        bound = inspect.signature(grad_fn).bind(*arguments, **keywords)
+    except (TypeError, ValueError):
+        return False
+    parameter = bound.signature.parameters.get("upstream")
+    return parameter is not None and parameter.kind is parameter.KEYWORD_ONLY and "upstream" not in bound.arguments
+
+
+def _missing_upstream_fallback(run: CheckRun, grad_fn: Any, outcome: str) -> None:
+    """backend-signature: `grad(*args, upstream=None)` without the fallback to the positional upstream gradient."""
+    adapter = run.adapter
+    run.findings.add(
+        "backend-signature",
+        "error",
+        f"{run.findings.wording.runs_on} passes the upstream gradient positionally, in `*args`, so `upstream` keeps "
+        f"its default None here, and the gradient function {outcome}. (Keras's PyTorch backend passes "
+        f"`upstream=`.) Start it with the fallback from the {adapter.decorator} documentation, which works on "
+        f"TensorFlow, JAX and PyTorch:\n{PORTABLE_FORM}",
+        line=first_line(grad_fn),
+    )
+
+
 def _split_variable_gradients(run: CheckRun, trial: Trial, returned: Any, line: int | None) -> Any:
     """`(grad_xs, grad_vars)`: the variable gradients recorded in the trial, `grad_xs` returned; None on a mistake."""
     findings, names = run.findings, trial.variable_names
@@ -393,17 +427,35 @@ def _input_gradients(run: CheckRun, returned: Any, line: int | None) -> list | N
         return None
     gradients, _ = adapter.flatten(returned)
     if len(gradients) != len(names):
+        returns = (
+            f"Return one per input, in order: `return {', '.join('grad_' + identifier(n) for n in names)}` (None for "
+            "an input without gradient)."
+            if names
+            else "Return no gradient: `return ()`, or give the op tensor inputs."
+        )
         findings.add(
             "grad-count",
             "error",
-            f"The gradient function returns {plural(len(gradients), 'gradient')} for {plural(len(names), 'input')} "
-            f"({listing(names)}). Return one per input, in order: `return "
-            f"{', '.join('grad_' + identifier(n) for n in names)}` (None for an input without gradient). "
+            f"The gradient function returns {plural(len(gradients), 'gradient')} for {plural(len(names), 'input')}"
+            f"{f' ({listing(names)})' if names else ''}. {returns}{_partial_note(run.target.raw)} "
             f"{findings.wording.wrong_count}",
             line=line,
         )
         return None
     return gradients
+
+
+def _partial_note(raw: Any) -> str:
+    """For an op given as a `functools.partial` that binds arguments by position: what that does to its inputs."""
+    while not isinstance(raw, functools.partial) and hasattr(raw, "_gradmagic_wraps"):
+        raw = raw._gradmagic_wraps
+    if not isinstance(raw, functools.partial) or not raw.args:
+        return ""
+    return (
+        f" The op is a functools.partial that binds {plural(len(raw.args), 'argument')} by position: a bound "
+        "argument is a constant of the op, not one of its inputs, and gets no gradient. Give the inputs to the check "
+        "instead (bind only the options, by keyword: `partial(op, scale=2.0)`)."
+    )
 
 
 def _check_keyword_inputs(adapter: Adapter, inputs, findings: Findings) -> None:

@@ -55,6 +55,9 @@ class Wording:
     traced_advice: str = (
         "Code that runs eagerly may use Python values of tensors (`if`, `.numpy()`), which a graph cannot."
     )
+    #: What a variable given as an input is to the forward `compiled` (after "inside tf.function, "), where it is not
+    #: the variable it is `direct`ly; "" where it stays one.
+    variable_input: str = ""
     #: Phrases of the framework's error when a Python `if` meets a tensor of several elements (or a traced one).
     ambiguous_truth: tuple[str, ...] = ("truth value of an array",)  # NumPy's own, which eager frameworks raise
     #: Phrases of the framework's error when the decorated op refuses keyword arguments where it is compiled.

@@ -11,11 +11,14 @@ front-end:
   metadata, where gradmagic's JupyterLab extension finds it, and no widget view in the data, so that an HTML export
   of the saved notebook shows the static report, never an empty widget; other front-ends (VS Code) get the widget
   view itself. Clients that name no cell (nbclient, `jupyter console`) get no widget at all.
+
+A view that fails to render never shows a traceback through gradmagic: the output is then the report's text alone,
+with a line saying which view failed and why.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from gradmagic.notebook.cell_widgets import CELLS
 from gradmagic.notebook.contexts import context_of
@@ -23,7 +26,7 @@ from gradmagic.notebook.kernel import kernel, request, shell
 from gradmagic.render.graph import graph_summary, graph_svg
 from gradmagic.render.html import render_html, render_watch_html
 from gradmagic.render.text import render_text, render_watch_text
-from gradmagic.report import MIME_TYPE, WATCH_MIME_TYPE, Graph, Report, WatchReport
+from gradmagic.report import MIME_TYPE, NAME_LIMIT, WATCH_MIME_TYPE, Graph, Report, WatchReport, display_text
 
 _VIEW = "application/vnd.jupyter.widget-view+json"
 #: Keys of the execute request's metadata that JupyterLab and Notebook 7 send (the cell's id aside).
@@ -42,20 +45,77 @@ def register(running_shell: Any = None) -> None:
 
 
 def report_bundle(report: Report) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The report's display: its data and static fallbacks, and in a notebook front-end its live widget."""
-    data: dict[str, Any] = {MIME_TYPE: report.to_dict(), "text/plain": render_text(report)}
-    data["text/html"] = render_html(report)
-    metadata: dict[str, Any] = {}
-    running_kernel = kernel()
-    front_end = front_end_of(running_kernel)
-    if front_end is not None:
-        shown = widget(report)
+    """The report's display: its data and static fallbacks, and in a notebook front-end its live widget (its text
+    alone, and why, when one of them fails)."""
+
+    def views(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        data: dict[str, Any] = {MIME_TYPE: _view("data", report.to_dict), "text/plain": text}
+        data["text/html"] = _view("HTML view", render_html, report)
+        metadata: dict[str, Any] = {}
+        running_kernel = kernel()
+        front_end = front_end_of(running_kernel)
+        if front_end is not None:
+            shown = _view("live widget", _adopted_widget, report, running_kernel)
+            if front_end == "jupyterlab":
+                metadata[MIME_TYPE] = {"model_id": shown.model_id}
+            else:
+                data[_VIEW] = {"version_major": 2, "version_minor": 1, "model_id": shown.model_id}
+        return data, metadata
+
+    return _views_or_text(report, render_text, views, with_metadata=True)
+
+
+def _adopted_widget(report: Report, running_kernel: Any):
+    """The report's live widget, closed with its cell (closed at once if that fails)."""
+    shown = widget(report)
+    try:
         CELLS.adopt(shown, running_kernel)
-        if front_end == "jupyterlab":
-            metadata[MIME_TYPE] = {"model_id": shown.model_id}
-        else:
-            data[_VIEW] = {"version_major": 2, "version_minor": 1, "model_id": shown.model_id}
-    return data, metadata
+    except BaseException:
+        shown.close()
+        raise
+    return shown
+
+
+class _ViewFailed(Exception):
+    """A view of a report failed to render; its message says which and why."""
+
+
+def _view(name: str, render: Callable, *args: Any) -> Any:
+    """`render(*args)`, a view called `name`; its failure as `_ViewFailed`."""
+    try:
+        return render(*args)
+    except Exception as error:
+        cause = display_text(" ".join(str(error).split()), NAME_LIMIT)
+        raise _ViewFailed(
+            f"(gradmagic could not show this report's {name}: {type(error).__name__}{': ' + cause if cause else ''}; "
+            "its text is above.)"
+        ) from error
+
+
+def _views_or_text(
+    shown: Any, render_text: Callable[[Any], str], views: Callable[[str], Any], with_metadata: bool = False
+) -> Any:
+    """`views(text)`, the MIME bundle of `shown`; when one of its views fails, its text and a line saying which view
+    failed and why, never a traceback through gradmagic."""
+    try:
+        text = _view("text", render_text, shown)
+    except _ViewFailed as failed:
+        text = _one_line(shown)
+        fallback = {"text/plain": f"{text}\n{failed}"}
+    else:
+        try:
+            return views(text)
+        except _ViewFailed as failed:
+            fallback = {"text/plain": f"{text}\n{failed}"}
+    return (fallback, {}) if with_metadata else fallback
+
+
+def _one_line(shown: Any) -> str:
+    """`shown` in one line (its `str`), where its text view failed."""
+    try:
+        return display_text(str(shown), NAME_LIMIT)
+    except Exception:  # noqa: BLE001 - the last resort
+        return f"<{type(shown).__name__}>"
 
 
 def front_end_of(running_kernel: Any) -> str | None:
@@ -72,16 +132,24 @@ def front_end_of(running_kernel: Any) -> str | None:
 def watch_bundle(report: WatchReport) -> dict[str, Any]:
     """A watch's report: its data, a table of its ops with each op's report folded under its row (sanitiser-safe
     HTML, the same view as every Report's), and text. Each op's Report (`report.ops[i]`) displays as any Report."""
-    return {
-        WATCH_MIME_TYPE: report.to_dict(),
-        "text/plain": render_watch_text(report),
-        "text/html": render_watch_html(report),
-    }
+
+    def views(text: str) -> dict[str, Any]:
+        return {
+            WATCH_MIME_TYPE: _view("data", report.to_dict),
+            "text/plain": text,
+            "text/html": _view("HTML view", render_watch_html, report),
+        }
+
+    return _views_or_text(report, render_watch_text, views)
 
 
 def graph_bundle(graph: Graph) -> dict[str, Any]:
     """The gradient graph drawn (SVG) and summed up in a line."""
-    return {"image/svg+xml": graph_svg(graph), "text/plain": graph_summary(graph)}
+
+    def views(text: str) -> dict[str, Any]:
+        return {"image/svg+xml": _view("drawing", graph_svg, graph), "text/plain": text}
+
+    return _views_or_text(graph, graph_summary, views)
 
 
 def widget(report: Report):
@@ -95,5 +163,10 @@ def widget(report: Report):
 
 
 def _fallbacks_of(report: Report) -> dict[str, str]:
-    """What a re-checked report's output saves besides its data: the static HTML and text."""
-    return {"text/html": render_html(report), "text/plain": render_text(report)}
+    """What a re-checked report's output saves besides its data: the static HTML and text (the text alone, and why,
+    when the HTML view fails)."""
+
+    def views(text: str) -> dict[str, str]:
+        return {"text/html": _view("HTML view", render_html, report), "text/plain": text}
+
+    return _views_or_text(report, render_text, views)

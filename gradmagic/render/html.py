@@ -5,7 +5,8 @@ The same sections, words and order as the live view (`labextension/src/reportvie
 with the details folded; a failing one shows the verdict, each problem once (cause, fix, where), then the evidence.
 No scripts, no stylesheets (inline styles only, and the page reads without them: plain tables, lists and
 `<details>`, which folds without JavaScript); figures as SVG images inline (`data:` URIs, which sanitisers keep
-where they drop `<svg>`). Every string from the data is escaped.
+where they drop `<svg>`). Every string from the data is escaped, and the report's root asks MathJax (which JupyterLab,
+Notebook and nbconvert's pages run over HTML outputs) to leave it alone, so that a `$` in a message stays a `$`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from gradmagic.report import Report, WatchedOp, WatchReport, element_label
 
 MUTED = "color: #59636e"
 CODE = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
+#: The classes MathJax skips (3: `mathjax_ignore`; 2, in the classic Notebook and older exports: `tex2jax_ignore`).
+NO_MATH = "tex2jax_ignore mathjax_ignore"
 TIMED_PHASES = ("structure", "graph", "tf_function", "numerics", "backends")
 SHAPE_CODES = ("grad-shape", "grad-dtype", "grad-count", "grad-structure", "variable-grad-shape")
 SEVERITY_BORDER = {"error": COLOURS["error"], "warning": COLOURS["warning"], "info": COLOURS["info"]}
@@ -44,7 +47,7 @@ SEVERITY_BORDER = {"error": COLOURS["error"], "warning": COLOURS["warning"], "in
 def render_html(report: Report) -> str:
     """The whole report, as the live view lays it out."""
     parts = [
-        '<div class="gradmagic-report" style="font-family: system-ui, -apple-system, \'Segoe UI\', Roboto, '
+        f'<div class="gradmagic-report {NO_MATH}" style="font-family: system-ui, -apple-system, \'Segoe UI\', Roboto, '
         'sans-serif; font-size: 13px; line-height: 1.45; max-width: 100%">',
         header_html(report),
         problems_html(report),
@@ -287,7 +290,7 @@ def render_watch_html(report: WatchReport) -> str:
     op's own report (as `render_html` draws every Report) folded under its row in a `<details>` block."""
     verdict = report.verdict
     parts = [
-        '<div class="gradmagic-watch" style="font-family: sans-serif; font-size: 13px; line-height: 1.4">',
+        f'<div class="gradmagic-watch {NO_MATH}" style="font-family: sans-serif; font-size: 13px; line-height: 1.4">',
         f'<div style="font-size: 14px"><b style="color: {COLOURS[verdict]}">{escape(VERDICT_WORDS[verdict].upper())}'
         f"</b> {escape(watch_summary(report))}</div>",
         f'<div style="{MUTED}; font-size: 12px">{escape(watch_timings(report))}</div>',

@@ -17,7 +17,7 @@ from typing import Callable
 import anywidget
 import traitlets
 
-from gradmagic.report import Report
+from gradmagic.report import Report, display_text
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 #: What the widget shows where the view was never built (a clone installed without `./dev` or a wheel build).
@@ -171,7 +171,9 @@ def _sweep_overrides(report: Report) -> dict:
 
 
 def _status(running: bool = False, fraction: float = 0.0, message: str = "", error: bool = False) -> dict:
-    return {"running": running, "fraction": float(fraction), "message": message, "error": error}
+    """The kernel's work as the view shows it; `message` (a failed re-check's error, the user's text) made
+    `display_text`: literal, no control characters, cut when long."""
+    return {"running": running, "fraction": float(fraction), "message": display_text(message), "error": error}
 
 
 def _text(value) -> str:

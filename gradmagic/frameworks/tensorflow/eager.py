@@ -108,7 +108,9 @@ class TensorFlowAdapter(Adapter):
     # -- values ---------------------------------------------------------------------------------------------------
 
     def to_tensors(self, structure: Any) -> Any:
-        return tf.nest.map_structure(tf.convert_to_tensor, structure)
+        """The leaves as tensors; a `tf.Variable` stays one, as `tf.custom_gradient` passes it to the forward eagerly
+        (inside `tf.function` TensorFlow reads it into a tensor first, and so do the check's compiled calls)."""
+        return tf.nest.map_structure(_tensor_or_variable, structure)
 
     def flatten(self, structure: Any) -> tuple[list, list[str]]:
         flat = nest.flatten_with_tuple_paths(structure)
@@ -355,6 +357,10 @@ _TRACES_LEFT = "traces left"
 #: Work up to which a cold op's batch runs eagerly: tracing a `tf.function` costs as much as 15 to 60 eager
 #: vector-Jacobian products of the same op (measured, from 3 to 300 ops), and most checks of a small op need fewer.
 EAGER_WORK = 64
+
+
+def _tensor_or_variable(value: Any) -> Any:
+    return value if isinstance(value, tf.Variable) else tf.convert_to_tensor(value)
 
 
 def _specs(tensors) -> list:

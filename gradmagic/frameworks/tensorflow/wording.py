@@ -60,6 +60,7 @@ TENSORFLOW = TensorFlowWording(
     keyword_refusal=("keywords arguments only when eager",),
     keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments inside tf.function",
     python_function="tf.numpy_function or tf.py_function",
+    variable_input="tf.custom_gradient reads a tf.Variable input into a tensor of its value before the forward runs",
 )
 
 #: TensorFlow 1's graph mode: every call builds into a graph, run in a tf.compat.v1 Session.
