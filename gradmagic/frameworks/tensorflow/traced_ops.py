@@ -53,7 +53,10 @@ def raw_op(op, filename: str | None, placeholders: dict, variables: dict, scopes
         kind = "noop"
     else:
         kind = "op"
-    lines = [frame.lineno for frame in op.traceback if frame.filename == filename] if filename and scope else []
+    # The innermost frame in the op's file: searched from the inside out (a deep op's stack has hundreds of frames).
+    line = None
+    if filename and scope:
+        line = next((frame.lineno for frame in reversed(op.traceback) if frame.filename == filename), None)
     return RawOp(
         op.name,
         op.type,
@@ -61,7 +64,7 @@ def raw_op(op, filename: str | None, placeholders: dict, variables: dict, scopes
         scope,
         tuple((t.op.name, t.value_index) for t in op.inputs),
         outputs,
-        lines[-1] if lines else None,
+        line,
         tuple(range(len(op.outputs))) if kind == "passthrough" else (),
         label,
         "custom_gradient" if _has_custom_gradient(op) else _MEANINGS.get(op.type),
