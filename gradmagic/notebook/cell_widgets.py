@@ -1,10 +1,12 @@
 """One widget per notebook cell: a cell run again closes the widgets it displayed before, and a cell deleted in
 JupyterLab closes its widgets when the next cell runs (frontends name the cell of each request, and the deleted
-ones; `cell_starts` is IPython's `pre_run_cell` event)."""
+ones; `cell_starts` is IPython's `pre_run_cell` event). A closed widget's report has its re-check context dropped
+too (`contexts.forget`), so that the op it held goes with the widget."""
 
 from __future__ import annotations
 
-from gradmagic.notebook.kernel import kernel, request
+from gradmagic.notebook import contexts
+from gradmagic.notebook.kernel import cell_of, kernel, request
 
 
 class CellWidgets:
@@ -19,9 +21,10 @@ class CellWidgets:
         for cell in [*(metadata.get("deletedCells") or ()), metadata.get("cellId")]:
             for shown in self.by_cell.pop(cell, []) if cell else []:
                 shown.close()
+                contexts.forget(getattr(shown, "shown", None))
 
     def adopt(self, shown, running_kernel) -> None:
-        cell = (request(running_kernel).get("metadata") or {}).get("cellId")
+        cell = cell_of(running_kernel)
         if cell:  # a client that does not name cells (nbclient, a console): nothing will replace it
             self.by_cell.setdefault(cell, []).append(shown)
 

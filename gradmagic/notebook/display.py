@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from gradmagic.notebook.cell_widgets import CELLS
 from gradmagic.notebook.contexts import context_of
-from gradmagic.notebook.kernel import kernel, request, shell
+from gradmagic.notebook.kernel import cell_of, kernel, request, shell
 from gradmagic.render.graph import graph_summary, graph_svg
 from gradmagic.render.html import render_html, render_watch_html
 from gradmagic.render.text import render_text, render_watch_text
@@ -121,11 +121,9 @@ def _one_line(shown: Any) -> str:
 def front_end_of(running_kernel: Any) -> str | None:
     """`jupyterlab` (JupyterLab, Notebook 7), `notebook` (another front-end naming its cells: VS Code), or None (no
     kernel, or a client that names no cell: nbclient, a console), from the request being answered."""
-    if running_kernel is None:
+    if cell_of(running_kernel) is None:
         return None
     metadata = request(running_kernel).get("metadata") or {}
-    if not metadata.get("cellId"):
-        return None
     return "jupyterlab" if any(key in metadata for key in _JUPYTERLAB_KEYS) else "notebook"
 
 

@@ -24,6 +24,14 @@ def request(running_kernel: Any) -> dict:
     return (get_parent("shell") if get_parent else getattr(running_kernel, "_parent_header", None)) or {}
 
 
+def cell_of(running_kernel: Any) -> str | None:
+    """The notebook cell the request being answered runs (its `cellId`), or None: no kernel, or a client that names
+    no cell (nbclient, `jupyter console`)."""
+    if running_kernel is None:
+        return None
+    return (request(running_kernel).get("metadata") or {}).get("cellId") or None
+
+
 def user_namespace() -> dict:
     """The notebook's namespace (IPython's), or `__main__`'s in plain Python."""
     running = shell()

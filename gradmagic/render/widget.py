@@ -34,9 +34,15 @@ Recheck = Callable[[str, dict, Callable[[float, str], None]], Report]
 Fallbacks = Callable[[Report], dict]
 
 
-def _static(name: str, fallback: str) -> Path | str:
+def _static(name: str, fallback: str) -> str:
+    """The text of a built static file, read once: anywidget would turn a path into a watched file whose change
+    signal holds every widget made from it, closed or not, for good."""
     path = STATIC / name
-    return path if path.is_file() else fallback
+    if not path.is_file():
+        return fallback
+    text = path.read_text(encoding="utf-8")
+    # anywidget takes a string of one line ending in a file suffix for a path: a line break makes it the contents.
+    return text if text.endswith("\n") else text + "\n"
 
 
 class ReportWidget(anywidget.AnyWidget):
@@ -84,10 +90,12 @@ class ReportWidget(anywidget.AnyWidget):
         self.report = report.to_dict()
 
     def close(self) -> None:
-        """Close the widget and its layout's model (ipywidgets makes one per widget; `Widget.close` leaves it)."""
+        """Close the widget and its layout's model (ipywidgets makes one per widget; `Widget.close` leaves it), and let
+        go of what checks again (its op): a closed widget gets no more requests, whoever still holds it."""
         layout = self.layout
         super().close()
         layout.close()
+        self._recheck = self._fallbacks = None
 
     def _controls(self, report: Report) -> dict:
         options = report.options
