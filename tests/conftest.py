@@ -223,3 +223,28 @@ def _answer(client, message_id: str, timeout: float, shell_reply: bool) -> dict:
         "closed": closed,
         "states": states,
     }
+
+
+def interrupted(manager, client, code: str, after: float = 5) -> dict:
+    """Run `code`, press Ctrl-C (an interrupt request) `after` seconds in, when it is well under way, and return the
+    reply's content (which must be a KeyboardInterrupt)."""
+    import queue
+    import time
+
+    message_id = client.execute(code)
+    time.sleep(after)
+    manager.interrupt_kernel()
+    deadline = time.time() + 60
+    while True:
+        try:
+            reply = client.get_shell_msg(timeout=max(1, deadline - time.time()))
+        except queue.Empty:
+            pytest.fail("the interrupt did not stop the cell")
+        if reply["parent_header"].get("msg_id") == message_id:
+            break
+    content = reply["content"]
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt", content
+    # ipykernel 7 aborts the requests it finds queued after an error until a callback on its event loop says stop;
+    # a request sent the instant the error's reply arrives can land before that callback runs.
+    time.sleep(1)
+    return content

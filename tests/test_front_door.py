@@ -8,14 +8,12 @@ Ctrl-C and `KeyboardInterrupt` show the user's frames, never gradmagic's; `sys.e
 
 import functools
 import os
-import queue
 import re
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import codes, problem, run
+from conftest import codes, interrupted, problem, run
 from IPython.core.error import UsageError
 
 import gradmagic
@@ -190,22 +188,8 @@ def test_sys_exit_in_the_forward_or_the_gradient_is_reported_not_escaped(nb):
 
 
 def _interrupted(manager, client, code: str) -> str:
-    """Run `code`, press Ctrl-C (an interrupt request) once it is well under way, and return the traceback shown."""
-    message_id = client.execute(code)
-    time.sleep(5)
-    manager.interrupt_kernel()
-    deadline = time.time() + 60
-    while True:
-        try:
-            reply = client.get_shell_msg(timeout=max(1, deadline - time.time()))
-        except queue.Empty:
-            pytest.fail("the interrupt did not stop the cell")
-        if reply["parent_header"].get("msg_id") == message_id:
-            break
-    content = reply["content"]
-    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
-    time.sleep(1)  # ipykernel aborts what it finds queued right after an error (see test_kernel.py)
-    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(content["traceback"]))
+    """Run `code`, press Ctrl-C once it is well under way, and return the traceback shown."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(interrupted(manager, client, code)["traceback"]))
 
 
 def test_ctrl_c_in_a_real_kernel_shows_no_gradmagic_frame_and_loses_nothing(kernel):

@@ -1,10 +1,6 @@
 """In a real Jupyter kernel: Ctrl-C (an interrupt request) stops a hanging check and the kernel stays usable."""
 
-import queue
-import time
-
-import pytest
-from conftest import run
+from conftest import interrupted, run
 
 
 def test_ctrl_c_interrupts_a_hanging_check_and_the_kernel_stays_usable(kernel):
@@ -28,22 +24,7 @@ op = tf.custom_gradient(hangs_when_traced)
     )
     assert setup["status"] == "ok", setup["shown"]
 
-    message_id = client.execute("%gradcheck op x=tf.constant([3.0, 4.0])")
-    time.sleep(8)  # well into the compiled finite differences
-    manager.interrupt_kernel()
-    deadline = time.time() + 60
-    while True:
-        try:
-            reply = client.get_shell_msg(timeout=max(1, deadline - time.time()))
-        except queue.Empty:
-            pytest.fail("the interrupt did not stop the check")
-        if reply["parent_header"].get("msg_id") == message_id:
-            break
-    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
-
-    # ipykernel 7 aborts the requests it finds queued after an error until a callback on its event loop says stop;
-    # a request sent the instant the error's reply arrives can land before that callback runs.
-    time.sleep(1)
+    interrupted(manager, client, "%gradcheck op x=tf.constant([3.0, 4.0])", after=8)  # into the finite differences
     after = run(client, "print(weights.numpy().tolist(), 40 + 2)")
     assert after["status"] == "ok" and "[1.0, 2.0] 42" in after["shown"]
     again = run(
