@@ -294,7 +294,8 @@ def test_a_recheck_updates_the_report_in_place_and_the_notebook_saves_it(checked
 def test_the_palette_inserts_the_template_and_the_load_ext_cell(browser, lab, folders, page):
     root, _ = folders
     write_notebook(root / "empty.ipynb", ["import numpy as np"])
-    open_notebook(page, lab, "empty.ipynb", kernel=False)
+    # The kernel idle first: the notebook takes the focus back when its kernel comes up, which closes the palette.
+    open_notebook(page, lab, "empty.ipynb")
     page.locator(".jp-NotebookPanel:visible .jp-Cell").first.locator(".jp-InputArea-prompt").click()
     page.locator(".lm-MenuBar-itemLabel", has_text="View").click()
     page.locator(".lm-Menu-itemLabel", has_text="Command Palette").click()
