@@ -246,10 +246,11 @@ def remember_definition(function: types.FunctionType, by_reference) -> None:
 def unchanged_definition(previous: types.FunctionType, function: types.FunctionType, by_reference) -> bool:
     """Whether `function` (a cell run again) behaves as `previous` (its last run) did when it was defined: the same
     code objects (`compile_cell` returns them for the same cell), the same defaults, and every global it or the
-    functions it calls read the same value (by value for numbers, strings and small arrays; by identity for modules,
-    classes and the framework's tensors and variables). Then the previous op, with its traces, can serve again: a
-    trace bakes in the Python values read while tracing, so any other value it reads, or one whose sameness cannot be
-    told cheaply (a list, an object of the user's), makes the cell a new op."""
+    functions it calls read the same value (by value for numbers, strings, small NumPy arrays and small tuples, lists
+    and dicts of them, as they are now; by identity for modules, classes and the framework's tensors and variables).
+    Then the previous op, with its traces, can serve again: a trace bakes in the Python values read while tracing, so
+    any other value it reads, or one whose sameness cannot be told cheaply (a large list or array, an object of the
+    user's), makes the cell a new op."""
     from gradmagic.frameworks.cache import cache_of
 
     if previous.__code__ is not function.__code__ or previous.__globals__ is not function.__globals__:
@@ -284,7 +285,10 @@ def _pin(value, by_reference, depth: int, seen: set):
     if isinstance(value, dict):
         if len(value) > _PINNED_SIZE:
             raise _Unpinned
-        return (dict, tuple((_pin(k, by_reference, 0, seen), _pin(v, by_reference, depth - 1, seen)) for k, v in value.items()))
+        return (
+            dict,
+            tuple((_pin(k, by_reference, 0, seen), _pin(v, by_reference, depth - 1, seen)) for k, v in value.items()),
+        )
     if isinstance(value, functools.partial):
         return (functools.partial, _pin((value.func, value.args, value.keywords), by_reference, depth, seen))
     if isinstance(value, types.MethodType):

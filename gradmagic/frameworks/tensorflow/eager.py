@@ -349,7 +349,9 @@ def _unoptimised(unoptimised: bool):
     try:
         yield
     finally:
-        tf.config.optimizer.set_experimental_options({**before, "disable_meta_optimizer": before.get("disable_meta_optimizer", False)})
+        tf.config.optimizer.set_experimental_options(
+            {**before, "disable_meta_optimizer": before.get("disable_meta_optimizer", False)}
+        )
 
 
 #: The key in an op's cache (`cache_of`) of how many small batches its check in progress may still trace.

@@ -42,8 +42,10 @@ from tensorflow.python.eager.polymorphic_function import polymorphic_function  #
 from tensorflow.python.framework import ops as tf_ops  # the default graph, to tell an XLA context
 from tensorflow.python.ops import control_flow_util  # whether a graph is compiled by XLA
 from tensorflow.python.ops import custom_gradient as tf_custom_gradient
-from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
-from tensorflow.python.util import tf_decorator
+from tensorflow.python.util import (
+    nest,  # for flatten_with_tuple_paths, which tf.nest lacks
+    tf_decorator,
+)
 
 from gradmagic.frameworks.watching import BackwardCall, ForwardCall, Instrumentation, OpSite, Recorder
 
