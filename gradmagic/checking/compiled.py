@@ -149,14 +149,16 @@ def _largest_difference(run: CheckRun, layout: Layout, eager_outputs, eager_grad
         compared.append(("gradient", eager_gradients, compiled.custom[0, 0], gradient_axis, gradient_precisions))
     for what, eager, values, axis, precisions in compared:
         for position, (value, start, stop) in enumerate(zip(eager, axis.offsets, axis.offsets[1:])):
-            in_graph = values[start:stop].astype(np.float64)
-            value = np.zeros_like(in_graph) if value is None else np.ravel(adapter.to_numpy(value)).astype(np.float64)
+            in_graph = values[start:stop]
+            value = np.zeros_like(in_graph) if value is None else np.ravel(adapter.to_numpy(value))
             if value.size != in_graph.size:  # a gradient of another shape, which the framework fixed: grad-shape
                 continue
             allowed = rounding_allowance(value, in_graph, precisions[position])
-            with np.errstate(invalid="ignore"):
-                difference = np.where(value == in_graph, 0.0, np.abs(value - in_graph))  # equal infinities agree
-                beyond = ~((difference <= allowed) | (np.isnan(value) & np.isnan(in_graph)))
+            with np.errstate(invalid="ignore", over="ignore"):  # in the values' own dtype: no copies at millions
+                difference = np.abs(value - in_graph)
+                beyond = ~(difference <= allowed)
+                if beyond.any():  # equal values (infinities too) and NaN on both sides agree
+                    beyond &= ~((value == in_graph) | (np.isnan(value) & np.isnan(in_graph)))
             if beyond.any():
                 worst = int(np.argmax(np.where(beyond, np.nan_to_num(difference, nan=np.inf), -1)))
                 name, index = axis.label(int(start) + worst)

@@ -93,14 +93,16 @@ class Prober:
         self.run, self.layout, self.steps, self.signs = run, layout, steps, signs
         self.z = run.z(layout)
         self._gradient_steps: dict[float, tuple[float, float]] = {}
-        upstream = np.random.default_rng([run.options.seed, 2]).standard_normal(run.rows.size)
-        self.upstream_vector = upstream.astype(self.z.dtype)
-        vjps = run.vjps(layout, self.z[None], self.upstream_vector[None])
+        self._step_magnitudes: np.ndarray | None = None
+        self._directions: np.ndarray | None = None
+        self.upstream_vector = normal_upstream(run.options.seed, run.rows.size).astype(self.z.dtype, copy=False)
+        vjps = run.vjps(layout, self.z[None], self.upstream_vector[None], autodiff=False)
         self.custom = vjps.custom[0, 0]
-        self.autodiff = None if vjps.autodiff is None else vjps.autodiff[0, 0]
+        self._autodiff: tuple[np.ndarray | None] | None = None
         # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
-        terms = machine_epsilon(run.precision(layout)) * np.abs(self.upstream_vector * vjps.outputs[0])
-        self.rounding = (float(terms.sum()), float(np.sqrt(np.square(terms).sum())))
+        terms = np.abs(self.upstream_vector * vjps.outputs[0])
+        terms *= machine_epsilon(run.precision(layout))
+        self.rounding = (float(terms.sum()), float(np.sqrt(np.dot(terms, terms))))
 
     def direction(self, row: int, element: int) -> float:
         """The value of probe `row`'s direction at `element`: its sign times its step."""
@@ -110,18 +112,40 @@ class Prober:
         """|g_i h_i| of a typical element (the median) and the largest, over elements whose gradient is above atol;
         (0, 0) when none is. Measured once per check; the median of a regular sample at millions of elements."""
         if atol not in self._gradient_steps:
-            custom = np.abs(self.custom)
-            nonzero = (custom * self.steps)[custom > atol]
+            nonzero = self.step_magnitudes[np.abs(self.custom) > atol]
             sample = nonzero[:: max(1, nonzero.size // RESOLUTION_SAMPLE)]
             self._gradient_steps[atol] = (
                 (float(np.median(sample)), float(nonzero.max())) if nonzero.size else (0.0, 0.0)
             )
         return self._gradient_steps[atol]
 
+    @property
+    def autodiff(self) -> np.ndarray | None:
+        """Autodiff's vector-Jacobian product for u (None where autodiff fails), taken when first asked for: only
+        where elements are listed."""
+        if self._autodiff is None:
+            vjps = self.run.vjps(self.layout, self.z[None], self.upstream_vector[None])
+            self._autodiff = (None if vjps.autodiff is None else vjps.autodiff[0, 0],)
+        return self._autodiff[0]
+
+    @property
+    def step_magnitudes(self) -> np.ndarray:
+        """|g_i| h_i: the size of each element's part in a direction of unit weight (|d_i| = h_i)."""
+        if self._step_magnitudes is None:
+            self._step_magnitudes = np.abs(self.custom) * self.steps
+        return self._step_magnitudes
+
     def signed_steps(self, row: int, weight: np.ndarray | float, out: np.ndarray) -> np.ndarray:
         """Probe `row`'s direction at `weight` (per element, or one factor), written into `out`."""
         np.multiply(self.signs[row], self.steps, out=out)
         return np.multiply(out, weight, out=out)
+
+    def _directions_buffer(self, count: int) -> np.ndarray:
+        """[count, N] of z's dtype, aligned, kept for the check's later measurements (a fresh one at millions of
+        elements costs more in page faults than filling it)."""
+        if self._directions is None or len(self._directions) < count:
+            self._directions = aligned_empty((count, self.z.size), self.z.dtype)
+        return self._directions[:count]
 
     def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
         """Central differences along d_t = weights_t * signs[rows_t] * steps, a few directions per compiled call.
@@ -130,17 +154,21 @@ class Prober:
         Without `rounding`, the rounding fields are NaN.
         """
         count = len(rows)
-        differences, predicted, magnitude = np.empty(count), np.empty(count), np.empty(count)
+        differences, predicted = np.empty(count), np.empty(count)
         batch = max(1, CALL_ELEMENTS // max(1, self.z.size))
         for start in range(0, count, batch):
             part = slice(start, start + batch)
-            directions = aligned_empty((len(rows[part]), self.z.size), self.z.dtype)
+            directions = self._directions_buffer(min(batch, count - start))
             for direction, row, weight in zip(directions, rows[part], weights[part]):
                 self.signed_steps(row, weight, direction)
             plus, minus = self.run.evaluate(self.layout, directions, self.upstream_vector, signs=(1.0, -1.0))
             differences[part] = (plus - minus) / 2
             predicted[part] = directions @ self.custom
-            magnitude[part] = np.abs(directions, out=directions) @ np.abs(self.custom)
+        # sum |g_i d_i| = |weight| . (|g| h), the signs being +-1.
+        if weights.shape[1] == 1:
+            magnitude = np.abs(weights[:, 0]) * float(self.step_magnitudes.sum())
+        else:
+            magnitude = np.abs(weights) @ self.step_magnitudes
         worst, typical = self.rounding if rounding else (np.nan, np.nan)
         return Projections(differences, np.full(count, worst), np.full(count, typical), predicted, magnitude)
 
@@ -251,7 +279,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
             if options.surrogate and noise_floor <= unjudgeable:
                 surrogate.report_declared_match(findings)
             _report_resolution(run, layout, prober, seen, dtype, (rtol, atol), threshold)
-    _report_autodiff(run, layout, prober)
+    _report_autodiff(run)
     return Numerics(
         mode="projection",
         dtype=dtype,
@@ -438,6 +466,27 @@ def _percent(relative: float) -> str:
     return f"{relative:.0%}" if relative >= 0.01 else f"{relative:.2g} (relative)"
 
 
+#: Upstream vectors kept for later checks up to this many elements (drawing a million normal numbers takes 10 ms).
+KEPT_UPSTREAM = 1 << 21
+
+
+def normal_upstream(seed: int, size: int) -> np.ndarray:
+    """The prober's random upstream vector u, standard normal, float64 (not to be written: the last ones drawn
+    are kept for the next checks)."""
+    key = (seed, size)
+    if key not in _UPSTREAMS:
+        drawn = np.random.default_rng([seed, 2]).standard_normal(size)
+        if size > KEPT_UPSTREAM:
+            return drawn
+        _UPSTREAMS[key] = drawn
+        while len(_UPSTREAMS) > 2:
+            del _UPSTREAMS[next(iter(_UPSTREAMS))]
+    return _UPSTREAMS[key]
+
+
+_UPSTREAMS: dict[tuple[int, int], np.ndarray] = {}
+
+
 def random_signs(seed: int, rows: int, size: int) -> np.ndarray:
     """[rows, size] of +-1 (int8), from random bits: ten times cheaper than drawing numbers at a million."""
     bits = np.unpackbits(np.frombuffer(np.random.default_rng(seed).bytes((rows * size + 7) // 8), np.uint8))
@@ -451,7 +500,7 @@ class _Locator:
         self.prober, self.row, self.columns = prober, row, columns
         # `noise` decides whether a mismatch is real; `typical_noise` how finely a ratio can be read.
         self.mismatch, self.noise, self.typical_noise = mismatch, noise, typical_noise
-        self.custom, self.autodiff = prober.custom, prober.autodiff
+        self.custom = prober.custom
         self.size = self.custom.size
 
     def measure(self, weights: np.ndarray) -> np.ndarray:
@@ -476,23 +525,44 @@ class _Locator:
                     continue
             # Several wrong elements in this set: split it, in one call, and go on with the blocks that carry some.
             blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
-            carrying = [
-                (block, float(m))
-                for block, m in zip(blocks, self.measure(self.indicator(*blocks)))
-                if abs(m) > self.noise
-            ]
-            if len(carrying) > LOCATED - len(located):
-                worst = self.worst_of(max(carrying, key=lambda entry: abs(entry[1]))[0])
-                return located + [worst], self.describe(carrying, len(blocks))
+            parts = [(block, float(m)) for block, m in zip(blocks, self.measure(self.indicator(*blocks)))]
+            carrying = [(block, m) for block, m in parts if abs(m) > self.noise]
+            # The blocks' mismatches add up to the set's: what the carrying ones leave is spread over blocks that
+            # each carry less than the noise, so thinly that no search below finds it.
+            thin = abs(mismatch - sum(m for _, m in carrying)) > self.noise
+            if thin or len(carrying) > LOCATED - len(located):
+                worst = self.worst_of(candidates)
+                some = carrying if not thin else [(b, m) for b, m in parts if abs(m) > self.typical_noise]
+                return located + [worst], self.describe(some, len(blocks))
             pending += carrying
         return located, []
 
     def worst_of(self, candidates: np.ndarray) -> ElementComparison:
-        """The element carrying the most mismatch among `candidates`: the block carrying the most, split again and
-        again (one call each, log16 of the size), down to one element."""
+        """The element whose gradient is the most wrong among `candidates`: the block carrying the most, split again
+        and again (one call each, log16 of the size), down to one element.
+
+        A block is measured along directions whose element i is h_i sign(g_i) c / max(|g_i|, c), c the typical
+        |g_i|: its mismatch then sums its elements' relative errors e_i / g_i (elements of a small gradient count
+        by e_i / c), of the same sign wherever a factor is off, so that they add up instead of cancelling; the
+        worst is then the most wrong element, not the one the random upstream weighs most. The squared mismatches
+        along every probe's random signs are added in, for errors of no common sign.
+        """
+        probes = len(self.prober.signs)
+        magnitude = np.abs(self.custom)
+        sample = magnitude[:: max(1, magnitude.size // RESOLUTION_SAMPLE)]
+        typical = float(np.median(sample[sample > 0])) if np.any(sample > 0) else 1.0
+        coherent = (np.where(self.custom < 0, -1.0, 1.0) * typical / np.maximum(magnitude, typical)).astype(np.float32)
+        signs = self.prober.signs[self.row]
         while candidates.size > 1:
             blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
-            candidates = blocks[int(np.argmax(np.abs(self.measure(self.indicator(*blocks)))))]
+            indicator = self.indicator(*blocks)
+            # Direction = the probe's signs x steps x weight: the coherent rows undo the probe's signs.
+            weights = np.concatenate([indicator * (coherent * signs)] + [indicator] * probes)
+            rows = [self.row] * len(blocks) + [row for row in range(probes) for _ in blocks]
+            measured = self.prober.measure(rows, weights, rounding=False)
+            mismatch = (measured.differences - measured.predicted).reshape(1 + probes, len(blocks))
+            energy = np.square(mismatch[0]) + np.square(mismatch[1:]).mean(axis=0)
+            candidates = blocks[int(np.argmax(energy))]
         element = int(candidates[0])
         return self.comparison(element, float(self.measure(self.indicator([element]))[0]))
 
@@ -552,7 +622,7 @@ class _Locator:
             None,
             custom,
             custom + part / step,
-            None if self.autodiff is None else float(self.autodiff[element]),
+            None if self.prober.autodiff is None else float(self.prober.autodiff[element]),
             abs(part) / self.noise if self.noise else None,
         )
 
@@ -645,17 +715,13 @@ def _report_mismatch(
     )
 
 
-def _report_autodiff(run: CheckRun, layout: Layout, prober: Prober) -> None:
+def _report_autodiff(run: CheckRun) -> None:
     """autodiff-nonfinite: the framework's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
-    custom, autodiff = prober.custom, prober.autodiff
-    if layout is not run.layout:  # in the op's own precision: the trial's random upstream, taken by `compiled.py`
-        own = run.own_precision.trial if run.own_precision is not None else None
-        if own is None:
-            z = run.z(run.layout)
-            own = run.vjps(run.layout, z[None], prober.upstream_vector.astype(z.dtype)[None])
-        custom, autodiff = own.custom[0, 0], None if own.autodiff is None else own.autodiff[0, 0]
-    if autodiff is None:
+    # In the op's own precision, for the trial's random upstream (taken by `compiled.py`): where its autodiff fails.
+    own = run.own_precision.trial
+    if own.autodiff is None:
         return
+    custom, autodiff = own.custom[0, 0], own.autodiff[0, 0]
     with np.errstate(all="ignore"):
         rescued = ~np.isfinite(autodiff) & np.isfinite(custom)
     if rescued.any():

@@ -119,6 +119,7 @@ class CheckRun:
     linearity: Linearity | None = None
     #: What the gradient function can reach, when it changed some of it: put back again at the end of the check.
     state: StateWatch | None = None
+    _z: dict = field(default_factory=dict, repr=False)  # id(layout): (layout, z), see `z`
 
     @property
     def failed(self) -> bool:
@@ -137,13 +138,19 @@ class CheckRun:
 
     def z(self, layout: Layout) -> np.ndarray:
         """z as NumPy: the perturbable inputs then the variables, flattened, in float64 if one of them is, else in
-        float32 (`differences.working_dtype`: float16 and bfloat16 held exactly)."""
+        float32 (`differences.working_dtype`: float16 and bfloat16 held exactly). Read once per layout in a check
+        (the example point: not to be written)."""
+        kept = self._z.get(id(layout))
+        if kept is not None and kept[0] is layout:
+            return kept[1]
         to_numpy = self.adapter.to_numpy
         parts = [np.ravel(to_numpy(leaf)) for leaf in layout.perturbed] + [
             np.ravel(to_numpy(v)) for v in layout.variables
         ]
         dtype = working_dtype(*[part.dtype for part in parts])
-        return np.concatenate([part.astype(dtype) for part in parts]) if parts else np.zeros(0, dtype)
+        z = np.concatenate([part.astype(dtype, copy=False) for part in parts]) if parts else np.zeros(0, dtype)
+        self._z[id(layout)] = (layout, z)
+        return z
 
     def evaluate(
         self, layout: Layout, offsets: np.ndarray, upstream: np.ndarray | None = None, signs: tuple = (1.0,)

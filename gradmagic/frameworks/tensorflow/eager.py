@@ -127,6 +127,8 @@ class TensorFlowAdapter(Adapter):
         return TensorMeta(tuple(value.shape), dtype.name, dtype.is_floating, name)
 
     def to_numpy(self, value: Any) -> np.ndarray:
+        if isinstance(value, tf.Tensor):
+            return native(np.asarray(_numpy(value)))
         return native(np.asarray(value.numpy() if hasattr(value, "numpy") else value))
 
     def constant(self, array: np.ndarray, dtype: str) -> Any:
@@ -193,7 +195,7 @@ class TensorFlowAdapter(Adapter):
         rows = count + (upstreams.shape[1] if jacobian else 0)  # with the Jacobian, one more row per output element
         work = len(points) * (1 + 2 * rows) * (2 if autodiff else 1)
         results = self._run(target, layout, kind, compute, signature, arguments, work)
-        return Vjps(results[0].numpy(), results[1].numpy(), unless_all_nan(results[2].numpy()) if autodiff else None)
+        return Vjps(_numpy(results[0]), _numpy(results[1]), unless_all_nan(_numpy(results[2])) if autodiff else None)
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """The Jacobian of the custom VJP J(z)^T u, by an outer tape around the gradient function's ops."""
@@ -262,8 +264,8 @@ class TensorFlowAdapter(Adapter):
             outputs, gradients = concrete(list(layout.inputs), list(upstreams))
         dtype = building.z_dtype(layout, list(layout.inputs))
         run = Vjps(
-            building.flat_outputs(outputs, dtype).numpy()[None],
-            building.flat_gradients(gradients, dtype).numpy()[None, None],
+            _numpy(building.flat_outputs(outputs, dtype))[None],
+            _numpy(building.flat_gradients(gradients, dtype))[None, None],
             None,
         )
         return RawGraph(tuple(ops), tuple(flat[:count]), tuple(flat[count:]), run)
@@ -378,9 +380,23 @@ _SHARED_BYTES = 1 << 20
 _ALIGNMENT = 64
 
 
+def _numpy(tensor: Any) -> np.ndarray:
+    """A tensor's values as NumPy: a large float32 or float64 one read-only and without a copy (its memory, kept
+    alive by the array), others copied."""
+    if tensor.dtype in (tf.float32, tf.float64) and tensor.dtype.size * tensor.shape.num_elements() >= _SHARED_BYTES:
+        return np.asarray(memoryview(tensor))
+    return tensor.numpy()
+
+
 def _tensor(array: np.ndarray) -> tf.Tensor:
-    """`array` as a TensorFlow tensor; a large, aligned, C-contiguous one shares its memory instead of a copy."""
-    shared = array.nbytes >= _SHARED_BYTES and array.flags.c_contiguous and array.ctypes.data % _ALIGNMENT == 0
+    """`array` as a TensorFlow tensor; a large, aligned, C-contiguous, writeable one shares its memory instead of a
+    copy."""
+    shared = (
+        array.nbytes >= _SHARED_BYTES
+        and array.flags.c_contiguous
+        and array.flags.writeable  # DLPack cannot say read-only: NumPy refuses to export such an array
+        and array.ctypes.data % _ALIGNMENT == 0
+    )
     return tf.experimental.dlpack.from_dlpack(array.__dlpack__()) if shared else tf.constant(array)
 
 
