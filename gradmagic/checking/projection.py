@@ -138,7 +138,9 @@ class Prober:
     def signed_steps(self, row: int, weight: np.ndarray | float, out: np.ndarray) -> np.ndarray:
         """Probe `row`'s direction at `weight` (per element, or one factor), written into `out`."""
         np.multiply(self.signs[row], self.steps, out=out)
-        return np.multiply(out, weight, out=out)
+        if np.ndim(weight) or weight != 1:
+            np.multiply(out, weight, out=out)
+        return out
 
     def _directions_buffer(self, count: int) -> np.ndarray:
         """[count, N] of z's dtype, aligned, kept for the check's later measurements (a fresh one at millions of

@@ -152,12 +152,17 @@ class TensorFlowAdapter(Adapter):
                 outputs = _forward_at(target, layout, inputs, z + offset)
                 return tf.tensordot(outputs, upstream[0], 1) if upstream else outputs
 
-            # A loop over the signs (one or two), each sign's points at once (one after the other when they are large,
-            # which keeps each in the caches): no S x P x N block of points.
-            vectorize = (offsets.shape[1] or 0) <= _LARGE_POINTS
+            # A loop over the signs (one or two), each sign's points at once, or one after the other when they are
+            # large (each is work enough for both cores, and its temporaries stay one point's): no S x P x N block of
+            # points, and no P x N block per sign either.
+            large = (offsets.shape[1] or 0) > _LARGE_POINTS
             if tf.executing_eagerly():
-                return tf.stack([_map(layout, at, sign * offsets) for sign in signs])
-            return tf.map_fn(lambda sign: _map(layout, at, sign * offsets, vectorize=vectorize), signs)
+                return tf.stack([_map(layout, lambda offset: at(sign * offset), offsets) for sign in signs])
+            return tf.map_fn(
+                lambda sign: _map(layout, lambda offset: at(sign * offset), offsets, vectorize=not large),
+                signs,
+                parallel_iterations=1 if large else None,
+            )
 
         signature = [_specs(layout.inputs), tf.TensorSpec([None, offsets.shape[1]], offsets.dtype)]
         signature += [tf.TensorSpec([None], offsets.dtype)] * (2 if upstream is not None else 1)
@@ -462,7 +467,13 @@ def _map(layout: Layout, function: Callable, points: tf.Tensor, results: int = 1
     if vectorize and not layout.variables:
         return tf.vectorized_map(function, points, fallback_to_while_loop=True)
     signature = tuple(tf.TensorSpec(None, points.dtype) for _ in range(results))
-    return tf.map_fn(function, points, fn_output_signature=signature[0] if results == 1 else signature)
+    large = (points.shape[1] or 0) > _LARGE_POINTS  # one after the other: bounded temporaries
+    return tf.map_fn(
+        function,
+        points,
+        fn_output_signature=signature[0] if results == 1 else signature,
+        parallel_iterations=1 if large else None,
+    )
 
 
 def _stacked(values: list, results: int) -> Any:
