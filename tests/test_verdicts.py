@@ -287,3 +287,85 @@ def test_a_scalar_hyper_parameters_unreduced_gradient_is_told_to_be_summed_not_c
     assert found.location.input == "strength" and "full Jacobian" not in found.message
     assert "`strength` was broadcast in the forward" in found.message
     assert "tf.reduce_sum(grad, axis=[0])" in found.message
+
+
+def five_thirds(x):
+    return tf.sin(x), lambda upstream: upstream * tf.cos(x) * 5 / 3
+
+
+def test_a_step_too_small_to_judge_is_said_never_passes():
+    x = tf.constant([0.3, -0.7, 1.1], tf.float64)
+    # eps = 1e-15: the differences are rounding; their tolerance, which holds it, would pass 5/3 of the derivative.
+    for eps in (1e-15, 1e-16, 1e-300):
+        report = gradmagic.check(five_thirds, x, eps=eps)
+        assert report.verdict == "unchecked" and "rounding" in report.numerics.skipped_because, (eps, report)
+        found = problem(report, "fd-rounding")
+        assert found.severity == "warning" and f"eps={eps:.3g} is too small for float64" in found.message
+    # A step small but still larger than rounding judges, and a mismatch beyond the rounding is found at any step.
+    assert gradmagic.check(five_thirds, x, eps=1e-8).codes() == ["fd-mismatch"]
+    assert gradmagic.check(five_thirds, x, eps=1e-12).codes() == ["fd-mismatch"]
+    right = lambda x: (tf.sin(x), lambda upstream: upstream * tf.cos(x))  # noqa: E731
+    assert gradmagic.check(right, x, eps=1e-8).verdict == "pass"
+
+
+def test_a_relative_tolerance_of_one_or_more_is_refused():
+    for rtol in (1.0, 1e6):
+        with pytest.raises(OptionError, match="^rtol is a relative tolerance"):
+            gradmagic.check(five_thirds, tf.constant([0.3]), rtol=rtol)
+
+
+def test_an_element_whose_derivative_could_not_be_judged_leaves_no_pass_behind():
+    def wrong_safe_sqrt(x):  # 0.7 where 0.5 is right; at 0 the finite differences are NaN
+        y = tf.sqrt(x)
+        return y, lambda upstream: upstream * tf.where(x > 0, 0.7 / tf.sqrt(tf.where(x > 0, x, 1.0)), 0.0)
+
+    # Every diagonal entry is NaN: the zeros judged off the diagonal judge nothing of the elements.
+    report = gradmagic.check(wrong_safe_sqrt, tf.zeros([3]))
+    assert report.verdict == "unchecked" and report.codes() == ["fd-nonfinite"], report
+
+
+def safe_sqrt_times(factor):
+    def safe_sqrt(x):
+        y = tf.sqrt(x)
+        return y, lambda upstream: upstream * tf.where(x > 0, factor * 0.5 / tf.sqrt(tf.where(x > 0, x, 1.0)), 0.0)
+
+    return safe_sqrt
+
+
+def test_projection_mode_leaves_out_and_names_the_elements_at_the_edge_of_the_domain(recwarn):
+    values = np.abs(np.random.default_rng(0).standard_normal(1000)) + 0.1
+    values[[3, 500, 777]] = 0.0
+    x = tf.constant(values)
+    right = gradmagic.check(safe_sqrt_times(1.0), x)
+    assert right.numerics.mode == "projection" and right.verdict == "warn", right
+    edge = problem(right, "fd-nonfinite")
+    assert "at 3 elements (x[3], x[500], x[777])" in edge.message and "judged without them" in edge.message
+    wrong = gradmagic.check(safe_sqrt_times(1.2), x)
+    assert "fd-mismatch" in wrong.codes()
+    assert "1.2 times the finite differences" in problem(wrong, "fd-mismatch").message
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # no NumPy warning from gradmagic
+
+
+def leaky_wrong_at(element):
+    """tf.where with Python floats: float32 only; the gradient 1.1 times too large at `element`."""
+
+    def leaky(x):
+        slope = tf.where(x > 0, 1.0, 0.1)
+
+        def grad(u):
+            return tf.tensor_scatter_nd_update(u * slope, [[element]], [u[element] * slope[element] * 1.1])
+
+        return x * slope, grad
+
+    return leaky
+
+
+def test_float32_only_op_a_wrong_element_of_a_small_gradient_is_caught_and_located():
+    # Half the elements have a gradient ten times smaller (0.1); the probes' random upstream hides none (its
+    # magnitudes stay within [0.5, 1.5)), and blocks holding a kink (elements within a step of 0) are measured last.
+    values = np.random.default_rng(0).standard_normal(10_000)
+    x = tf.constant(values, tf.float32)
+    for element in np.flatnonzero(values < 0)[:3].tolist() + [8058]:
+        report = gradmagic.check(leaky_wrong_at(element), x)
+        assert report.codes() == ["fd-mismatch"], (element, report)
+        assert [e.index for e in report.numerics.worst][:1] == [(element,)]

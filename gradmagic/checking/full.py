@@ -73,6 +73,12 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         jump_t /= h
     candidates = np.flatnonzero((jump_t > tolerance_t).any(axis=1))
     kinks = _kinks(run, layout, z, steps, center, plus, minus, candidates, tolerance_t)
+    # A difference beyond its tolerance, which holds the rounding, is a finding whatever the step; one within it
+    # judges nothing where the rounding alone is as large as the tolerance.
+    rounded_t = _rounded(plus, minus, custom, numerical_t, steps, dtype, rtol, atol) & ~kinks[:, None]
+    rounded_t &= ~(error_t > 1)
+    error_t[rounded_t] = np.nan  # not judged, like a NaN difference (`judge`)
+    numerical_t[rounded_t] = np.nan
     ranked, judged, mismatched = judge(numerical_t, error_t, kinks)
     numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
 
@@ -80,11 +86,17 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     if kinks.any():
         severity = "info" if options.surrogate else "warning"  # a declared surrogate's comparison informs
         _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings, severity)
-    unjudged = ~kinks & ~np.isfinite(numerical_t).all(axis=1)
+    rounded = rounded_t.any(axis=1)
+    if rounded.any():
+        _report_rounded(rounded, z, steps, dtype, options.eps, columns, findings)
+    unjudged = ~kinks & ~rounded & ~np.isfinite(numerical_t).all(axis=1)
     if unjudged.any():
         _report_unjudged(unjudged, z, steps, custom, columns, findings)
-    if not judged.any():
-        return Numerics(mode="skipped", skipped_because="no element could be judged: finite differences are NaN/Inf")
+    # An element is judged when every entry of its column is: a zero judged beside a derivative that could not be
+    # (an element-wise op's diagonal at the edge of its domain) judges nothing of it.
+    if not judged.all(axis=0).any() and not mismatched.any():
+        why = "finite differences are rounding" if rounded.any() and not unjudged.any() else "finite differences are NaN/Inf"
+        return Numerics(mode="skipped", skipped_because=f"no element could be judged: {why}")
     _confirm_none_gradients(findings, columns, numerical_t, tolerance_t, judged.T)
     if mismatched.any():
         _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
@@ -191,6 +203,48 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
             severity,
             f"{len(kink_columns) - LISTED} more elements sit on non-differentiable points.",
         )
+
+
+#: Differences whose rounding alone is beyond this share of the tolerance judge nothing.
+ROUNDED_SHARE = 1.0
+
+
+def _rounded(plus, minus, custom, numerical_t, steps, dtype: str, rtol: float, atol: float) -> np.ndarray:
+    """[N, M]: the entries whose central differences are rounding rather than the derivative: the step is zero, or
+    the rounding of f(z + h) - f(z - h) (eps |f| / h, at the precision's own epsilon, no safety factor) is beyond the
+    tolerance of the entry (rtol times the larger of the custom and numerical value, plus atol). A step far below
+    the precision's cube root (eps=1e-15 in float64) makes every entry so: its tolerance, which adds that
+    rounding, would pass any gradient. An output the step leaves exactly as it was has no rounding to fear."""
+    h = steps[:, None]
+    with np.errstate(all="ignore"):
+        rounding = machine_epsilon(dtype) * (np.abs(plus) + np.abs(minus)) / (2 * h)
+        scale = rtol * np.maximum(np.abs(custom.T), np.abs(numerical_t)) + atol
+        return (h == 0) | ((rounding > ROUNDED_SHARE * scale) & (plus != minus))
+
+
+def _report_rounded(rounded, z, steps, dtype: str, eps, columns: Axis, findings: Findings) -> None:
+    """fd-rounding: elements whose finite differences are rounding could not be judged; say which and why."""
+    elements = np.flatnonzero(rounded)
+    column = int(elements[0])
+    name, index = columns.label(column)
+    listed = ", ".join(element_label(*columns.label(int(e))) for e in elements[:LISTED])
+    default = relative_step(dtype, None)
+    cause = (
+        f"the step eps={eps:.3g} is too small for {dtype}: use the default ({default:.3g}) or a larger one"
+        if eps is not None and eps < default
+        else f"the forward's values are too large against its change over a step in {dtype}"
+    )
+    findings.add(
+        "fd-rounding",
+        "warning",
+        f"Finite differences are rounding, not the derivative, at {len(elements)} element"
+        f"{'s' if len(elements) > 1 else ''} ({listed}{' ...' if len(elements) > LISTED else ''}): at "
+        f"{element_label(name, index)} = {z[column]:.6g} the step h = {steps[column]:.3g} changes the forward by "
+        f"less than {dtype} resolves against its value, so the custom gradient there could not be judged; "
+        f"{cause}.",
+        input=name,
+        index=index,
+    )
 
 
 def _report_unjudged(unjudged, z, steps, custom, columns: Axis, findings: Findings) -> None:

@@ -47,6 +47,11 @@ class CheckOptions:
             raise OptionError(f"framework must be one of {', '.join(map(repr, NAMES))}, not {self.framework!r}")
         for name in ("rtol", "atol"):
             self._set(name, _number(name, getattr(self, name), minimum=0.0, optional=True))
+        if self.rtol is not None and self.rtol >= 1:
+            raise OptionError(
+                f"rtol is a relative tolerance: at 1 or more it passes a gradient twice too large (or of any size "
+                f"with the right sign); give a number below 1, not {self.rtol!r}"
+            )
         self._set("eps", _number("eps", self.eps, minimum=0.0, exclusive=True, optional=True))
         if self.eps is not None and self.eps >= 1:
             raise OptionError(
