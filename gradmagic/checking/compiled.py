@@ -7,6 +7,7 @@ reuses.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +96,8 @@ def compare_compiled(run: CheckRun) -> None:
         eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
     eager_outputs = [output for output, meta in zip(trial.outputs, trial.output_metas) if meta.floating]
     found = _largest_difference(run, layout, eager_outputs, eager_gradients, compiled)
+    if traced is not None:  # compared: the traced run's values are not kept (two N-sized arrays at millions)
+        run.raw_graph = dataclasses.replace(run.raw_graph, run=None)
     if found is None:
         return
     wider = precision.finest(run) if found.rounding_bound else layout
@@ -207,6 +210,7 @@ def check_linearity(run: CheckRun) -> None:
     """`grad-nonlinear` when the custom gradient is not linear in the upstream gradient; for a declared surrogate,
     `surrogate-nonlinear` (info)."""
     found = run.linearity = linearity.judge(run.own_precision.probe_gradients, run.precision(run.layout))
+    run.own_precision = dataclasses.replace(run.own_precision, probes=None)  # judged: not kept (5 N at millions)
     if found.response in ("linear", None):
         return
     findings = run.findings

@@ -63,6 +63,17 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return buffer[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+def aligned_concatenate(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """The flat parts, one after the other, in `dtype`, in an `aligned_empty` array (frameworks take it without a
+    copy)."""
+    out = aligned_empty((sum(part.size for part in parts),), dtype)
+    offset = 0
+    for part in parts:
+        out[offset : offset + part.size] = np.ravel(part)
+        offset += part.size
+    return out
+
+
 def coarser(dtype: str, other: str | None) -> str:
     """Of two precisions, the one with the larger machine epsilon (`dtype` when `other` is None)."""
     return other if other is not None and machine_epsilon(other) > machine_epsilon(dtype) else dtype

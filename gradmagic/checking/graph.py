@@ -18,6 +18,9 @@ from gradmagic.checking.graph_layout import with_layout
 from gradmagic.frameworks.base import RawGraph, RawOp
 from gradmagic.report import Graph, GraphEdge, GraphNode
 
+#: Traced graphs of more ops than this are not drawn: a report would carry thousands of nodes no one can read, and
+#: laying them out costs seconds.
+DRAWN_OPS = 2000
 #: Roles whose tensors, consumed by the backward, stay alive from the forward to the backward.
 _KEPT_FROM_FORWARD = ("input", "forward")
 

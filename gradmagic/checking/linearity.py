@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradmagic.checking.differences import machine_epsilon
+from gradmagic.checking.differences import aligned_empty, machine_epsilon
 
 #: The combination grad(A u1 + B u2) is compared with A grad(u1) + B grad(u2).
 A, B = 0.75, -1.5
@@ -54,7 +54,7 @@ class Linearity:
 def probes(u1: np.ndarray, seed: int, precision: str) -> np.ndarray:
     """[ROWS - 1, size]: the upstream vectors of the linearity probe after u1 (the check's random upstream, whose
     gradient the check takes anyway), for an op computing in `precision`: u2, A u1 + B u2, then u1 at each scale."""
-    rows = np.empty((ROWS - 1, u1.size), u1.dtype)
+    rows = aligned_empty((ROWS - 1, u1.size), u1.dtype)  # taken by the framework without a copy
     drawn = rows.dtype if rows.dtype in (np.float32, np.float64) else np.float64  # what NumPy draws in directly
     # Uniform in [-1, 1), as u1: three times cheaper to draw than normal numbers at millions of elements.
     rows[0] = np.random.default_rng([seed, 3]).random(u1.size, dtype=drawn) * 2 - 1

@@ -284,8 +284,10 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     else:
         seen = threshold * float(np.min(scale))
         unmeasured: list[tuple[int, int]] = []
-        resolution = _resolution(prober, seen, atol)[0]  # block probes for the small elements too
-        if noise_floor <= unjudgeable and resolution > SINGLE_ELEMENT_WARNING:
+        # Block probes where rounding hides a typical element's error (float32 at scale), sized for the small ones.
+        small, typical, _ = _resolution(prober, seen, atol)
+        resolution = small
+        if noise_floor <= unjudgeable and typical > SINGLE_ELEMENT_WARNING:
             blocks = _Blocks(prober, relative_truncation, epsilon, rtol, atol)
             located, seen = blocks.run(resolution)
             unmeasured = blocks.unmeasured
@@ -398,7 +400,8 @@ def _report_resolution(
     is more than the tolerance; and the blocks of elements that disagreed but were left unmeasured."""
     rtol, atol = tolerances
     small, typical, best = _resolution(prober, seen, atol)
-    single = small > max(rtol, SINGLE_ELEMENT_NOTE)
+    # Said where a typical element's error could hide beyond the tolerance, or a small one's beyond 10 %.
+    single = typical > max(rtol, SINGLE_ELEMENT_NOTE) or small > SINGLE_ELEMENT_WARNING
     if not single and spread <= rtol and not unmeasured:
         return
     options, columns = run.options, run.columns
@@ -588,7 +591,9 @@ def probe_upstream(seed: int, size: int) -> np.ndarray:
     key = (seed, size)
     if key not in _UPSTREAMS:
         generator = np.random.default_rng([seed, 2])
-        drawn = generator.random(size) + 0.5
+        drawn = aligned_empty((size,), np.float64)  # taken by the framework without a copy
+        generator.random(size, out=drawn)
+        drawn += 0.5
         drawn *= random_signs(generator, 1, size)[0]
         if size > KEPT_UPSTREAM:
             return drawn

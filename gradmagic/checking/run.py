@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradmagic.checking.differences import Axis, coarser, coarsest, working_dtype
+from gradmagic.checking.differences import Axis, aligned_concatenate, coarser, coarsest, working_dtype
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.linearity import Linearity
 from gradmagic.checking.options import CheckOptions
@@ -66,7 +66,7 @@ class OwnPrecision:
     only, for the other linearity probes (`linearity.probes`)."""
 
     trial: Vjps
-    probes: Vjps
+    probes: Vjps | None  # None once linearity is judged
 
     @property
     def outputs(self) -> np.ndarray:
@@ -147,8 +147,7 @@ class CheckRun:
         parts = [np.ravel(to_numpy(leaf)) for leaf in layout.perturbed] + [
             np.ravel(to_numpy(v)) for v in layout.variables
         ]
-        dtype = working_dtype(*[part.dtype for part in parts])
-        z = np.concatenate([part.astype(dtype, copy=False) for part in parts]) if parts else np.zeros(0, dtype)
+        z = aligned_concatenate(parts, working_dtype(*[part.dtype for part in parts]))
         self._z[id(layout)] = (layout, z)
         return z
 
@@ -230,8 +229,6 @@ def flat_upstream(run: CheckRun, dtype: Any) -> np.ndarray:
     """The trial's upstream gradients of the floating outputs, flattened into one vector of `dtype`."""
     trial = run.trial
     parts = [
-        np.ravel(run.adapter.to_numpy(upstream)).astype(dtype)
-        for upstream, meta in zip(trial.upstreams, trial.output_metas)
-        if meta.floating
+        run.adapter.to_numpy(upstream) for upstream, meta in zip(trial.upstreams, trial.output_metas) if meta.floating
     ]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+    return aligned_concatenate(parts, dtype)

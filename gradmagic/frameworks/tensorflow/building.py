@@ -84,9 +84,15 @@ def autodiff_or_nan(autodiff: Callable[[], tf.Tensor], like: tf.Tensor) -> tf.Te
         return tf.fill(tf.shape(like), tf.constant(np.nan, like.dtype))
 
 
+#: Points of more elements than this are evaluated one after the other (`eager._map`): each is work enough for both
+#: cores.
+LARGE_ROWS = 1 << 16
+
+
 def over_rows(function: Callable[[tf.Tensor], Any], rows: tf.Tensor) -> Any:
-    """`function` of each row of `rows`, in one graph: vectorised, or a loop where an op cannot be vectorised;
-    eagerly, a loop in Python."""
+    """`function` of each row of `rows`, in one graph: vectorised (which also holds the least memory: a loop's
+    TensorArray keeps each row's result and their stack), or a loop where an op cannot be vectorised; eagerly, a
+    loop in Python."""
     if tf.executing_eagerly():
         return tf.stack([function(row) for row in rows])
     try:

@@ -155,7 +155,7 @@ class TensorFlowAdapter(Adapter):
             # A loop over the signs (one or two), each sign's points at once, or one after the other when they are
             # large (each is work enough for both cores, and its temporaries stay one point's): no S x P x N block of
             # points, and no P x N block per sign either.
-            large = (offsets.shape[1] or 0) > _LARGE_POINTS
+            large = (offsets.shape[1] or 0) > building.LARGE_ROWS
             if tf.executing_eagerly():
                 return tf.stack([_map(layout, lambda offset: at(sign * offset), offsets) for sign in signs])
             return tf.map_fn(
@@ -193,7 +193,7 @@ class TensorFlowAdapter(Adapter):
         signature = [
             _specs(layout.inputs),
             tf.TensorSpec([1 if one_point else None, points.shape[1]], dtype),
-            tf.TensorSpec([count if count <= 1 else None, None], dtype),
+            tf.TensorSpec([count if count <= 1 else None, upstreams.shape[1]], dtype),
         ]
         kind = f"vjps/{one_point}/{min(count, 2)}/{autodiff}/{jacobian}"
         arguments = (list(layout.inputs), _tensor(points), _tensor(upstreams.astype(points.dtype, copy=False)))
@@ -455,10 +455,6 @@ def _forward_at(target: Target, layout: Layout, inputs: list, z: tf.Tensor) -> t
     return building.flat_outputs(building.call(target.forward, layout, _leaves_at(layout, inputs, z)), z.dtype)
 
 
-#: Points of more elements than this are evaluated one after the other: each is work enough for both cores.
-_LARGE_POINTS = 1 << 16
-
-
 def _map(layout: Layout, function: Callable, points: tf.Tensor, results: int = 1, vectorize: bool = True) -> Any:
     """`function` over the rows of `points` in one compiled call: vectorised, or a loop when the points assign
     variables (or `vectorize` is off). It returns `results` tensors in z's dtype."""
@@ -467,7 +463,7 @@ def _map(layout: Layout, function: Callable, points: tf.Tensor, results: int = 1
     if vectorize and not layout.variables:
         return tf.vectorized_map(function, points, fallback_to_while_loop=True)
     signature = tuple(tf.TensorSpec(None, points.dtype) for _ in range(results))
-    large = (points.shape[1] or 0) > _LARGE_POINTS  # one after the other: bounded temporaries
+    large = (points.shape[1] or 0) > building.LARGE_ROWS  # one after the other: bounded temporaries
     return tf.map_fn(
         function,
         points,
