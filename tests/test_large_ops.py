@@ -1,0 +1,66 @@
+"""Big ops on the edit loop: an op slow to run eagerly is traced on its next check, not its first (the trace would cost
+20 to 50 times its eager run), and a gradient graph of thousands of ops is not drawn; both say why."""
+
+import time
+
+import numpy as np
+import tensorflow as tf
+from conftest import problem
+
+import gradmagic
+
+
+def slow_square():
+    def slow(x):
+        time.sleep(0.15)  # an op of thousands of small ops, as far as the eager clock can tell
+        return x * x, lambda upstream: 2 * x * upstream
+
+    return tf.custom_gradient(slow)
+
+
+def test_an_op_slow_to_run_eagerly_is_traced_on_its_next_check():
+    op, x = slow_square(), tf.constant([1.0, 2.0])
+    first = gradmagic.check(op, x)
+    assert first.verdict == "pass" and first.graph is None
+    said = problem(first, "graph-unavailable")
+    assert said.severity == "info" and "Not traced on this first check" in said.message
+    assert "come with its next check" in said.message
+    second = gradmagic.check(op, x)
+    assert second.graph is not None and "graph-unavailable" not in second.codes()
+
+
+def test_a_wrong_gradient_of_a_slow_op_is_still_caught_on_its_first_check():
+    def slow_wrong(x):
+        time.sleep(0.15)
+        return x * x, lambda upstream: 3 * x * upstream
+
+    report = gradmagic.check(slow_wrong, tf.constant([1.0, 2.0]))
+    assert "fd-mismatch" in report.codes() and "graph-unavailable" in report.codes()
+
+
+def chain(length):
+    def op(x):
+        def forward(value):
+            for _ in range(length):
+                value = tf.sin(value) * 1.0001 + 0.001
+            return value
+
+        def grad(upstream):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = forward(x)
+            return tape.gradient(y, x, output_gradients=upstream)
+
+        return forward(x), grad
+
+    return tf.custom_gradient(op)
+
+
+def test_a_gradient_graph_of_thousands_of_ops_is_not_drawn_and_says_why():
+    op, x = chain(400), tf.constant(np.array([0.1, 0.2, 0.3], np.float32))
+    report = gradmagic.check(op, x)
+    if report.graph is None and "Not traced on this first check" in problem(report, "graph-unavailable").message:
+        report = gradmagic.check(op, x)  # this machine ran it slowly: traced on the next check
+    assert report.verdict == "pass" and report.graph is None
+    said = problem(report, "graph-unavailable").message
+    assert "too many to draw in a report (over 2,000)" in said and "in the forward" in said and "backward" in said
