@@ -135,6 +135,43 @@ def test_a_full_jacobian_returned_instead_of_a_vector_jacobian_product_is_told_s
     assert "was broadcast" not in found.message
 
 
+def test_a_batched_per_example_jacobian_returned_instead_of_a_vector_jacobian_product_is_told_so():
+    def batched_softmax(x):  # x [2, 3]: the gradient is each row's [3, 3] Jacobian, scaled but never contracted
+        y = tf.nn.softmax(x)
+
+        def grad(upstream):
+            jacobian = tf.linalg.diag(y) - y[..., :, None] * y[..., None, :]
+            return tf.einsum("bi,bij->bij", upstream, jacobian)
+
+        return y, grad
+
+    report = gradmagic.check(batched_softmax, tf.constant([[0.1, 0.5, -0.3], [1.0, 2.0, 3.0]]))
+    assert report.codes() == ["grad-shape"]
+    found = problem(report, "grad-shape")
+    assert "has shape [2, 3, 3] but `x` has shape [2, 3]" in found.message
+    assert "the batch axes [2] that the input and the output share, then the output's [3], then the input's [3]" in (
+        found.message
+    )
+    assert "returns one Jacobian d output / d x per example, not the vector-Jacobian product" in found.message
+    assert 'tf.einsum("ai,aip->ap", upstream, jacobian)' in found.message
+    # The input's axes first, the output's last: the same, the other way round.
+    transposed = problem(
+        gradmagic.check(
+            lambda x: (tf.tile(x[:, :1], [1, 4]), lambda upstream: tf.zeros([2, 3, 4])), tf.ones([2, 3])
+        ),
+        "grad-shape",
+    )
+    assert "then the input's [3], then the output's [4]" in transposed.message
+    assert 'tf.einsum("ai,api->ap", upstream, jacobian)' in transposed.message
+    # A broadcast over a batch is no Jacobian: a per-example scale's gradient left unreduced is told to be summed.
+    scale = problem(
+        gradmagic.check(lambda x, s: (x * s, lambda upstream: (upstream * s, upstream * x)), tf.ones([2, 3]),
+                        tf.ones([2, 1])),
+        "grad-shape",
+    )
+    assert "Jacobian" not in scale.message and "tf.reduce_sum(grad, axis=[1])" in scale.message
+
+
 def test_variables_of_the_same_name_are_told_apart():
     first, second = tf.Variable([1.0, 2.0]), tf.Variable([3.0, 4.0, 5.0])  # both named "Variable"
 

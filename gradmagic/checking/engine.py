@@ -54,8 +54,11 @@ def check(
                 return run.report()
             lay_out(run)
             compared = run.rows.size and run.columns.size
-            if options.graph or (options.tf_function and compared and adapter.graph_compiles):
-                with run.phase("graph", 0.15, timing="graph"):  # where tracing is compiling, also the compiled run
+            # Where tracing is compiling, the graph is also the compiled run; a composite's traced gradients show the
+            # shapes its custom gradients hand on.
+            composite = run.target.origin == "composite" and compared
+            if options.graph or (options.tf_function and compared and adapter.graph_compiles) or composite:
+                with run.phase("graph", 0.15, timing="graph"):
                     trace_graph(run)
             if (options.tf_function or options.numbers) and compared and not run.failed:
                 with run.phase(adapter.compiled, 0.3, timing="tf_function"):

@@ -57,6 +57,8 @@ class Trial:
     upstreams: list
     gradients: list | None = None  # one per input leaf
     variable_gradients: list | None = None
+    #: For a composite: the custom-gradient ops its call reached (their functions' names), when the adapter tells.
+    reached: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

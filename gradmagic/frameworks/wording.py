@@ -22,6 +22,7 @@ KERAS_OPS = {
     "where": "ops.where",
     "softplus": "ops.softplus",
     "stop_gradient": "ops.stop_gradient",
+    "einsum": "ops.einsum",
 }
 
 
@@ -41,6 +42,7 @@ class Wording:
     where: str
     softplus: str
     stop_gradient: str
+    einsum: str
     #: What the framework does with a gradient of the wrong shape (one it does not fix, `fixes_gradients`).
     wrong_shape: str
     #: When the framework reports a wrong number of gradients.

@@ -53,6 +53,7 @@ TENSORFLOW = TensorFlowWording(
     where="tf.where",
     softplus="tf.math.softplus",
     stop_gradient="tf.stop_gradient",
+    einsum="tf.einsum",
     wrong_shape="TensorFlow accepts this silently and fails later, far away.",
     wrong_count="TensorFlow reports this only when the gradient is taken, and inside tf.function as an InternalError "
     "about 'too few gradients'.",
