@@ -297,7 +297,19 @@ def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, j
                 output_index=output_index,
             )
     stoppers = surrogate.gradient_stoppers(run.forward_ops, findings.wording)
-    if autodiff is None and stoppers:
+    failure = run.autodiff_failure
+    if autodiff is None and failure is not None:  # taken, but it failed where the custom gradient alone worked
+        cause = findings.wording.autodiff_failure(failure)
+        if cause is None:
+            cause = f"it uses {stoppers}" if stoppers else f"{type(failure).__name__}: {findings.wording.cause(failure)}"
+        findings.add(
+            "autodiff-unavailable",
+            "info",
+            f"{findings.wording.autodiff} of the forward could not be taken beside the custom gradient, because "
+            f"{cause}. "
+            "It is left out; finite differences judged the custom gradient.",
+        )
+    elif autodiff is None and stoppers:
         findings.add(
             "autodiff-unavailable",
             "info",

@@ -118,7 +118,7 @@ def _narrower(run: CheckRun, layout: Layout) -> list[str]:
     float cast up to a wider one may cast back to its own (`ops.cast(x, "float16")`, a cast its own inputs make
     vanish from the graph): its own precision is always a candidate there."""
     graph = run.raw_graph
-    if graph is None or any(op.meaning == "python_function" for op in graph.ops):
+    if graph is None or any(op.meaning in ("python_function", "eager_python_function") for op in graph.ops):
         return list(LADDER)
     own = run.precision(run.layout)
     floats = set(traced_floats(run))

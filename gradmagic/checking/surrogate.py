@@ -339,5 +339,7 @@ def gradient_stoppers(ops: frozenset[str] | None, wording) -> str | None:
         found.append(f"`{wording.stop_gradient}`")
     if "python_function" in (ops or ()):
         found.append(f"{wording.python_function} (no gradient at all)")
+    if "eager_python_function" in (ops or ()):
+        found.append(f"{wording.eager_python_function} ({wording.eager_python_function_gradient})")
     return ", ".join(found) or None
 

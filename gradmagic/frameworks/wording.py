@@ -49,8 +49,12 @@ class Wording:
     wrong_count: str
     #: Why a gradient function may not differentiate on this backend, added to second-order mismatches.
     second_order: str = ""
-    #: How an op calls into Python (which has no gradient): "tf.numpy_function or tf.py_function".
+    #: How an op calls into Python with no gradient: "tf.numpy_function".
     python_function: str = "a call into Python"
+    #: How an op calls into Python with a gradient of its own (autodiff of the Python function as it ran), and what
+    #: limits that gradient: "tf.py_function", "its gradient ..." (a phrase); "" where the framework has none.
+    eager_python_function: str = ""
+    eager_python_function_gradient: str = ""
     #: How the structure checks ran the op, against which `compiled` is compared.
     direct: str = "eagerly"
     #: Advice when the op works `direct`ly but its gradient fails `compiled`.
@@ -96,6 +100,11 @@ class Wording:
     def created_line(self, error: BaseException, filename: str) -> int | None:
         """For an error raised where a graph runs, not where the user's code is: the line of `filename` that created
         the operation that failed (None when the framework does not say)."""
+        return None
+
+    def autodiff_failure(self, error: BaseException) -> str | None:
+        """Why autodiff of a forward failed where its custom gradient worked, when the error tells (a phrase after
+        "it fails because"), else None."""
         return None
 
     def list_failure(self, inputs: int) -> str:
