@@ -651,27 +651,32 @@ def _report_mismatch(
         f"noise floor {noise:.3g})"
     )
     listing = []
-    worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
-    if located:
-        quoted = options.surrogate and prober.autodiff is not None  # the note speaks of autodiff's values
-        listed = "; ".join(
+    quoted = options.surrogate and prober.autodiff is not None  # the note speaks of autodiff's values
+
+    def listed(elements) -> str:
+        return "; ".join(
             f"{element_label(e.input, e.index)}: {label} {e.custom:.6g}, finite differences {e.numerical:.6g}"
             + (f", autodiff {e.autodiff:.6g}" if quoted and e.autodiff is not None else "")
-            for e in located[:LISTED]
+            for e in elements[:LISTED]
         )
+
+    worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
+    if spread:
+        # Spread: no element is the wrong one. The worst found by splitting is named as such (and is where the
+        # problem points), the others found on the way as more of the same.
+        what = "difference" if options.surrogate else "error"
+        others = f"; others found: {listed(located)}" if located else ""
+        listing.append(
+            f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}; the worst "
+            f"element found, {listed([worst])}{others}"
+        )
+        located.append(worst)
+    elif located:
         what = "Differing" if options.surrogate else "Wrong"
         listing.append(
             f"{what} element{'s' if len(located) > 1 else ''}, as components of the vector-Jacobian product "
-            f"for a random upstream gradient: {listed}"
+            f"for a random upstream gradient: {listed(located)}"
         )
-    if spread:
-        what = "difference" if options.surrogate else "error"
-        listing.append(
-            f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}; the worst "
-            f"element found, {element_label(worst.input, worst.index)}: {label} {worst.custom:.6g}, finite "
-            f"differences {worst.numerical:.6g}"
-        )
-        located.append(worst)
     mistake_hint = ""
     with np.errstate(all="ignore"):
         ratios = predicted / differences
@@ -711,7 +716,7 @@ def _report_mismatch(
         evidence,
         where,
         ". ".join(listing) if listing else "No single element carries the difference",
-        {"input": located[0].input, "index": located[0].index} if located else {},
+        {"input": (worst or located[0]).input, "index": (worst or located[0]).index} if located else {},
         mistake_hint,
         note,
     )
