@@ -215,8 +215,10 @@ def test_an_op_whose_forward_calls_tf_py_function_is_checked_and_its_autodiff_no
     right = gradmagic.check(py_sin(1.0), x, **options)
     assert right.verdict == "pass" and right.codes() == ["autodiff-unavailable"], right
     note = problem(right, "autodiff-unavailable").message
-    assert "because it uses tf.py_function (TensorFlow takes its gradient, autodiff of the Python function as it ran, " \
+    assert (
+        "because it uses tf.py_function (TensorFlow takes its gradient, autodiff of the Python function as it ran, "
         "at most once per run of the forward" in note
+    )
     assert "numpy_function" not in note
     assert "finite differences judged the custom gradient" in note
     wrong = gradmagic.check(py_sin(1.2), x, **options)

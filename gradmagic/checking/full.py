@@ -301,7 +301,8 @@ def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, j
     if autodiff is None and failure is not None:  # taken, but it failed where the custom gradient alone worked
         cause = findings.wording.autodiff_failure(failure)
         if cause is None:
-            cause = f"it uses {stoppers}" if stoppers else f"{type(failure).__name__}: {findings.wording.cause(failure)}"
+            raised = f"{type(failure).__name__}: {findings.wording.cause(failure)}"
+            cause = f"it uses {stoppers}" if stoppers else raised
         findings.add(
             "autodiff-unavailable",
             "info",

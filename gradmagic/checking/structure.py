@@ -619,23 +619,26 @@ def _shape_message(
     message += consequence
     if jacobian is None:
         return message + shape_advice(name, expected, got, fixed, wording)
+    contraction = _contraction(jacobian, expected, wording)
     if not jacobian.batch:
         return message + (
             f" Its shape is the output's {list(jacobian.output)} and the {role}'s {list(expected)} together: the "
             f"gradient function returns the full Jacobian d output / d {name}, not the vector-Jacobian product. Return "
-            f"the upstream gradient times the Jacobian, summed over the output's axes (`{_contraction(jacobian, expected, wording)}`), "
-            "or better, that product without building the Jacobian."
+            f"the upstream gradient times the Jacobian, summed over the output's axes (`{contraction}`), or better, "
+            "that product without building the Jacobian."
         )
     batch = list(expected[: jacobian.batch])
-    parts = [f"the output's {list(jacobian.output[jacobian.batch :])}", f"the {role}'s {list(expected[jacobian.batch :])}"]
+    parts = [
+        f"the output's {list(jacobian.output[jacobian.batch :])}",
+        f"the {role}'s {list(expected[jacobian.batch :])}",
+    ]
     if not jacobian.output_first:
         parts.reverse()
     return message + (
         f" Its shape is the batch axes {batch} that the {role} and the output share, then {parts[0]}, then "
         f"{parts[1]}: the gradient function returns one Jacobian d output / d {name} per example, not the "
         "vector-Jacobian product. Return the upstream gradient times each example's Jacobian, summed over the "
-        f"output's axes (`{_contraction(jacobian, expected, wording)}`), or better, that product without building "
-        "the Jacobians."
+        f"output's axes (`{contraction}`), or better, that product without building the Jacobians."
     )
 
 
