@@ -7,6 +7,7 @@ reuses.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,7 +247,17 @@ def _difference_in(run: CheckRun, layout: Layout) -> _Difference | None:
 def check_linearity(run: CheckRun) -> None:
     """`grad-nonlinear` when the custom gradient is not linear in the upstream gradient; for a declared surrogate,
     `surrogate-nonlinear` (info)."""
-    found = run.linearity = linearity.judge(run.own_precision.probe_gradients, run.precision(run.layout))
+    precision = run.precision(run.layout)
+    found = run.linearity = linearity.judge(run.own_precision.probe_gradients, precision)
+    if found.response == "bounded":  # clipping, or a sign of the upstream: told apart by small upstreams
+        z = run.z(run.layout)
+        small = linearity.small_probes(flat_upstream(run, z.dtype), precision)
+        try:
+            gradients = run.vjps(run.layout, z[None], small, autodiff=False).custom[0]
+        except OpFailed:  # the op failed at these upstreams after all: no clipping can be told
+            gradients = np.full(small.shape, np.nan)
+        if not linearity.linear_when_small(gradients, precision):
+            found = run.linearity = dataclasses.replace(found, response="nonlinear")
     if found.response in ("linear", None):
         return
     findings = run.findings

@@ -234,7 +234,9 @@ def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, 
     surrogate.report_mismatch(
         findings,
         options.surrogate,
-        surrogate.full_evidence(custom, numerical, tolerance, judged, square, run.linearity, run.forward_ops),
+        surrogate.full_evidence(
+            custom, numerical, tolerance, judged, square, run.linearity, run.forward_ops, autodiff
+        ),
         where + (f", by up to {largest:.3g}" if options.surrogate else ""),
         "; ".join(listing),
         dict(input=input_name, index=index, output=output_name, output_index=output_index),
