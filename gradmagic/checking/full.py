@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from gradmagic.checking import surrogate
+from gradmagic.checking import low_precision, precision, surrogate
 from gradmagic.checking.differences import (
     Axis,
     central_differences,
@@ -62,8 +62,10 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     n = z.size
     center = precise.outputs[0]
     h = steps[:, None]
+    # The custom gradient is judged in the precision it is written for (its constants in the op's own float).
+    judged_rtol = rtol + precision.gradient_rounding(run, layout)
     numerical_t, tolerance_t, error_t = central_differences(
-        plus, minus, custom, steps, rtol, atol, machine_epsilon(dtype)
+        plus, minus, custom, steps, judged_rtol, atol, machine_epsilon(dtype)
     )
     with np.errstate(all="ignore"):
         # One-sided slopes differ by |f(z+h) + f(z-h) - 2 f(z)| / h: h * f'' when smooth, the slope jump at a kink.
@@ -73,6 +75,10 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         jump_t /= h
     candidates = np.flatnonzero((jump_t > tolerance_t).any(axis=1))
     kinks = _kinks(run, layout, z, steps, center, plus, minus, candidates, tolerance_t)
+    if low_precision.applies(dtype):  # in a 16-bit float: extrapolated, judged by the noise the steps measure
+        numerical_t, tolerance_t, error_t, (rtol, atol) = low_precision.extrapolated(
+            run, layout, z, steps, plus, minus, custom
+        )
     ranked, judged, mismatched = judge(numerical_t, error_t, kinks)
     numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
 

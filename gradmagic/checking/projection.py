@@ -688,7 +688,7 @@ def _report_mismatch(
         )
     square = surrogate.square_block(columns, rows)
     evidence = surrogate.projected_evidence(
-        prober.custom, prober.upstream_vector, square, run.linearity, true_zero, run.forward_ops
+        prober.custom, prober.upstream_vector, square, run.linearity, true_zero, run.forward_ops, tuple(located)
     )
     note = ""
     if options.surrogate:

@@ -545,7 +545,7 @@ def _check_gradient(
         findings.add("grad-shape", "warning" if fixed else "error", message, line=line, **where)
     if gradient_meta.dtype != meta.dtype:
         fixed = fixes and gradient_meta.floating
-        consequence = f" {wording.fixed_gradient('dtype')}" if fixed else ""
+        consequence = f" {wording.fixed_gradient('dtype', gradient_meta.dtype)}" if fixed else ""
         findings.add(
             "grad-dtype",
             "warning" if fixed else "error",

@@ -213,16 +213,20 @@ def projected_evidence(
     linearity: Linearity | None,
     true_zero: bool,
     ops: frozenset[str] | None,
+    located: tuple = (),
 ) -> Evidence:
     """Evidence in projection mode: `custom_vjp` = J^T `upstream`, measured; `square` as for `full_evidence`;
-    `true_zero`: every probe's finite difference is within its noise while the custom gradient predicts more."""
+    `true_zero`: every probe's finite difference is within its noise while the custom gradient predicts more;
+    `located`: the elements found wrong (`ElementComparison`s, components of the vector-Jacobian product), where a
+    gradient flowing against a finite difference near zero shows the forward flat there."""
     factor = None
     if square is not None:
         block = custom_vjp[square]
         candidate = float(block @ upstream / (upstream @ upstream))
         factor = _rounded(candidate) if close(block, candidate * upstream) else None
     response = linearity.response if linearity is not None else None
-    return Evidence(ops, "zero" if true_zero else None, factor, response)
+    flows = any(e.custom != 0 and abs(e.numerical) <= NEAR_ONE * abs(e.custom) for e in located)
+    return Evidence(ops, "zero" if true_zero else None, factor, response, flows_where_flat=flows)
 
 
 def square_block(columns, rows) -> slice | None:

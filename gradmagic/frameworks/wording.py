@@ -120,10 +120,10 @@ class Wording:
         """Why several output tensors fail (`GradientConvention.single_output`)."""
         return ""
 
-    def fixed_gradient(self, what: str) -> str:
+    def fixed_gradient(self, what: str, dtype: str | None = None) -> str:
         """What the framework does with a gradient of a broadcast shape (`what` "shape") or of another floating dtype
-        ("dtype") that it fixes itself (`GradientConvention.fixes_gradients`), and what it does elsewhere: a
-        sentence."""
+        ("dtype", the gradient's `dtype`) that it fixes itself (`GradientConvention.fixes_gradients`), and what it
+        does elsewhere: a sentence."""
         return ""
 
 
