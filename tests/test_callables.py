@@ -199,3 +199,33 @@ def test_a_composite_reaching_a_gradient_of_the_wrong_shape_gets_grad_shape_not_
     assert report.op.origin == "composite" and "fd-error" not in report.codes()
     found = problem(report, "grad-shape")
     assert "has 12 elements where its inputs (`x` [3], `y` [2, 1]) have 5" in found.message
+
+
+class _HalfBroadcast(keras.layers.Layer):
+    """A layer whose custom-gradient method returns its gradient as [1, n] for an input of [n]: as many elements,
+    another shape, which TensorFlow hands on unchecked (the layer's gradient comes out [1, n] too)."""
+
+    @tf.custom_gradient
+    def op(self, x):
+        return x * x, lambda upstream: upstream * 2.0 * x[None, :]
+
+    def call(self, x):
+        return self.op(x) * 1.0
+
+
+def test_a_composite_reaching_a_gradient_of_the_same_size_but_another_shape_gets_grad_shape():
+    x = tf.constant([0.1, 0.2, 0.3])
+    with tf.GradientTape() as tape:  # what TensorFlow itself makes of it: the wrong shape, handed on
+        tape.watch(x)
+        taken = tape.gradient(_HalfBroadcast()(x), x)
+    assert taken.shape == (1, 3)
+    assert gradmagic.check(_HalfBroadcast().op, x).codes() == ["grad-shape"]  # the op itself, as before
+    for composite in (_HalfBroadcast(), lambda v: _HalfBroadcast().op(v) + 1.0):
+        for options in ({}, {"graph": False}, {"graph": False, "tf_function": False}):
+            report = gradmagic.check(composite, x, **options)
+            assert report.verdict == "fail" and report.op.origin == "composite", (options, report.codes())
+            found = problem(report, "grad-shape")
+            assert "has shape [1, 3] but" in found.message and "reaches (`op`)" in found.message, found.message
+            assert "sum the gradient over the broadcast axes, `tf.reduce_sum(grad, axis=[0])`" in found.message
+    # A composite whose custom gradients hand on the right shapes still passes.
+    assert gradmagic.check(Scaled(3.0), tf.constant(X)).ok

@@ -1,5 +1,7 @@
 """The numerical checks with real TensorFlow: no false alarm on correct gradients, every planted bug caught."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -296,6 +298,28 @@ def test_projection_mode_says_when_the_error_is_everywhere():
     )
     assert "spread over many elements: mismatch in 16 of 16 blocks" in found.message
     assert "1.001 times the finite differences" in found.message
+
+
+def test_an_error_spread_over_a_layer_norm_calls_no_element_the_wrong_one():
+    def layer_norm(x):  # normalised rows, the gradient 1.2 times the right one everywhere
+        centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+        scale = 1.0 / tf.sqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + 1e-3)
+        normed = centred * scale
+
+        def grad(upstream):
+            mean = tf.reduce_mean(upstream, axis=-1, keepdims=True)
+            along = tf.reduce_mean(upstream * normed, axis=-1, keepdims=True)
+            return 1.2 * scale * (upstream - mean - normed * along)
+
+        return normed, grad
+
+    report = gradmagic.check(tf.custom_gradient(layer_norm), tf.constant(RNG.standard_normal((32, 32))))
+    found = problem(report, "fd-mismatch")
+    assert report.numerics.mode == "projection" and "The error is spread over many elements" in found.message
+    assert "Wrong element" not in found.message  # a spread error has no wrong element: its worst one is named so
+    named = re.search(r"the worst element found, x\[(\d+), (\d+)\]", found.message)
+    assert named and found.location.index == (int(named.group(1)), int(named.group(2))), found.message
+    assert "1.2 times the finite differences" in found.message
 
 
 # -- second order -------------------------------------------------------------------------------------------

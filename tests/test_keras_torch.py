@@ -308,3 +308,46 @@ def test_redefined_ops_are_freed():
         )
     )
     assert result == [True] * 4
+
+
+def test_no_pytorch_warning_leaks_from_gradmagics_own_calls_on_read_only_arrays():
+    # A read-only NumPy array (a pickled one, an input the user froze, a view of the check's example point) that
+    # torch.as_tensor would share makes PyTorch warn "The given NumPy array is not writable": gradmagic's own calls
+    # copy such an array first. The user's own code may still warn; none of these calls is the user's.
+    result = in_torch(
+        log1pexp_source("portable")
+        + textwrap.dedent(
+            """
+            import warnings
+            from gradmagic.frameworks.base import Layout
+
+            def frozen(array):
+                array = np.array(array)
+                array.setflags(write=False)
+                return array
+
+            adapter = get_adapter("keras")
+            target = adapter.resolve(log1pexp)
+            x = torch.tensor([-1.0, 0.5, 2.0], dtype=torch.float64)
+            layout = Layout((x,), {}, (x,), (0,), ())
+            points = frozen(np.array([[-1.0, 0.5, 2.0], [0.0, 1.0, 3.0]]))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                adapter.evaluate(target, layout, frozen(np.eye(3) * 1e-3), frozen(np.ones(3)), signs=(1.0, -1.0))
+                adapter.vjps(target, layout, points, frozen(np.ones((1, 3))), jacobian=True)
+                adapter.second_order(target, layout, frozen(np.ones(3)))
+                adapter.constant(frozen([1.0, 2.0]), "float32")
+                reports = [
+                    gradmagic.check(log1pexp, frozen(np.linspace(-3, 3, n).astype(np.float32)), framework="keras",
+                                    sweep=n < 100)
+                    for n in (7, 1000)
+                ]
+            RESULT = {
+                "verdicts": [report.verdict for report in reports],
+                "warnings": [f"{w.category.__name__}: {w.message} ({w.filename})" for w in caught],
+            }
+            """
+        )
+    )
+    assert result["verdicts"] == ["pass", "pass"]
+    assert result["warnings"] == []

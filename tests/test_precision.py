@@ -78,6 +78,17 @@ def matmul(x, w):
     return ops.matmul(x, w), grad
 
 
+def gelu_of(dtype, factor):  # tanh-GELU with its constants cast to the op's float (Keras's own activations do so)
+    def gelu(x):
+        c, k = ops.cast(0.7978845608, dtype), ops.cast(0.044715, dtype)
+        t = ops.tanh(c * (x + k * x * x * x))
+        def grad(*args, upstream=None):
+            inner = c * (1 + 3 * k * x * x)  # 3 * k: computed in the op's float, also on float64 inputs
+            return upstream_of(args, upstream) * factor * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * inner)
+        return 0.5 * x * (1 + t), grad
+    return gelu
+
+
 def in_float16(x):  # takes float32, computes in float16 inside, as a layer's compute dtype under mixed_float16
     h = ops.cast(x, "float16")
     def grad(*args, upstream=None):
@@ -134,6 +145,12 @@ def reversal(x):
     def grad(*args, upstream=None):
         return -upstream_of(args, upstream)
     return x * 1.0, grad
+
+
+def softmax_passed_through(x):  # a non-linear forward whose gradient is the upstream itself
+    def grad(*args, upstream=None):
+        return upstream_of(args, upstream)
+    return ops.softmax(x), grad
 
 
 def square_passed_through(x):  # a declared surrogate whose autodiff (2 x) differs from element to element
@@ -257,6 +274,12 @@ for dtype in ("float16", "bfloat16"):
     factors = [ops.convert_to_tensor(rng.standard_normal(shape), dtype=dtype) for shape in ((3, 4), (4, 2))]
     check(f"matmul {dtype}", matmul, *factors)
 check("log1pexp ml_dtypes bfloat16", log1pexp, x.astype(ml_dtypes.bfloat16))
+for dtype in ("float16", "bfloat16"):
+    for factor in (1.0, 1.1, 1.25):
+        check(f"gelu {dtype} {factor}", gelu_of(dtype, factor), ops.convert_to_tensor(np.linspace(-3, 3, 13), dtype))
+for factor in (1.0, 1.1):  # projection mode (1,000 elements)
+    many = ops.convert_to_tensor(np.random.default_rng(2).standard_normal(1000), "float16")
+    check(f"gelu projection float16 {factor}", gelu_of("float16", factor), many)
 check("in_float16", in_float16, x.astype(np.float32))
 check("in_float16 wrong", in_float16_wrong, x.astype(np.float32))
 xq = np.array([-1.3, -0.61, -0.23, 0.12, 0.37, 0.83, 1.4])
@@ -269,6 +292,7 @@ for dtype in ("float32", "float16", "bfloat16"):
     check(f"lsq {dtype}", lsq, quantised, ops.convert_to_tensor(0.3, dtype=dtype))
     check(f"reversal {dtype}", reversal, quantised)
 check("square passed through", square_passed_through, xq.astype(np.float32), surrogate=True)
+check("softmax passed through", softmax_passed_through, np.array([0.1, 0.5, -0.3, 1.0], np.float32), surrogate=True)
 # ops.median is aten::quantile on PyTorch, which has no batching rule: vmap warns that it loops.
 check("median clip", median_clip, np.array([0.1, -0.3, 2.0, 0.25, -0.05, 0.4], np.float32), surrogate=True)
 
@@ -286,6 +310,10 @@ wrong = {
     "float64": add_bias(lambda u: ops.cast(ops.sum(u, axis=0), "float64")),
 }
 RESULT["taken"] = {name: gradients_taken(op, x23, b3) for name, op in wrong.items()}
+if BACKEND == "jax":  # float64 exists on JAX only with jax_enable_x64 on
+    import jax
+    with jax.enable_x64(True):
+        RESULT["taken x64"] = {"float64": gradients_taken(wrong["float64"], x23, b3)}
 for name, op in wrong.items():
     check(f"bias gradient {name}", op, x23, b3)
 
@@ -363,6 +391,69 @@ def test_a_16_bit_op_whose_compiled_run_rounds_otherwise_passes(dtype, rounding)
     report = gradmagic.check(log1pexp, x)
     assert report.ok and codes(report) == [], report
     assert report.numerics.dtype == "float64"  # the op accepts float64: finite differences there
+
+
+def _own_float_ops(dtype, factor):
+    """Ops whose constants are of their own float, so that TensorFlow refuses any other: checked in it."""
+
+    def constant(value):
+        return tf.cast(tf.constant(value, tf.float64), dtype)
+
+    @tf.custom_gradient
+    def gelu(x):
+        c, k = constant(np.sqrt(2 / np.pi)), constant(0.044715)
+        t = tf.tanh(c * (x + k * x * x * x))
+        inner = c * (1 + 3 * k * x * x)
+        return 0.5 * x * (1 + t), lambda u: u * factor * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * inner)
+
+    @tf.custom_gradient
+    def softsign(x):
+        d = constant(1.0) + tf.abs(x)
+        return x / d, lambda u: u * factor / (d * d)
+
+    @tf.custom_gradient
+    def softplus(x):
+        e, one = tf.exp(x), constant(1.0)
+        return tf.math.log(one + e), lambda u: u * factor * (one - one / (one + e))
+
+    @tf.custom_gradient
+    def layer_norm(x):
+        centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)
+        scale = constant(1.0) / tf.sqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + constant(1e-3))
+        normed = centred * scale
+
+        def grad(u):
+            along = tf.reduce_mean(u * normed, axis=-1, keepdims=True)
+            return constant(factor) * scale * (u - tf.reduce_mean(u, axis=-1, keepdims=True) - normed * along)
+
+        return normed, grad
+
+    line = np.linspace(-3, 3, 13)
+    return {
+        "gelu": (gelu, line),
+        "softsign": (softsign, line),
+        "softplus": (softplus, np.array([-2.0, -0.6, 0.1, 0.7, 1.9, 3.3])),
+        "layer norm": (layer_norm, np.random.default_rng(0).standard_normal((4, 16))),
+    }
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_an_op_that_stays_in_its_16_bit_float_passes_where_right_and_fails_a_wrong_factor(dtype):
+    # Differences at three steps, extrapolated, each element judged by the noise they measure (a fixed rtol and
+    # atol of 0.1 passed a gradient 1.25 times the right one in bfloat16).
+    for factor in (1.0, 1.25, 2.0) + ((1.1,) if dtype == "float16" else ()):
+        for name, (op, x) in _own_float_ops(getattr(tf, dtype), factor).items():
+            report = gradmagic.check(op, tf.constant(x, getattr(tf, dtype)))
+            assert report.numerics.dtype == dtype and report.numerics.mode == "full", name
+            if factor == 1.0:
+                assert report.ok and report.codes() == [], (name, report.codes(), report.numerics.max_error)
+                assert report.numerics.max_error < 0.8, (name, report.numerics.max_error)
+            else:
+                assert report.codes() == ["fd-mismatch"], (name, factor, report.numerics.max_error)
+    # At twice the right gradient, every diagonal element whose derivative is not within the rounding is named.
+    gelu, x = _own_float_ops(tf.bfloat16, 2.0)["gelu"]
+    message = problem(gradmagic.check(gelu, tf.constant(x, tf.bfloat16)), "fd-mismatch").message
+    assert "at 10 of 169 Jacobian elements" in message, message
 
 
 def test_ml_dtypes_bfloat16_never_reaches_numpy_code_and_an_error_of_gradmagics_own_is_raised_as_its_own(monkeypatch):
@@ -452,6 +543,35 @@ def test_float16_and_bfloat16_pass_where_they_round_and_fail_where_a_factor_is_w
     assert results["log1pexp ml_dtypes bfloat16"]["verdict"] == "pass"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_16_bit_op_is_judged_at_the_precision_its_gradient_is_computed_in(battery, backend):
+    # Its constants are of its float: PyTorch mixes them into float64 inputs (its `3 * k` stays a float16 product),
+    # JAX narrows (float32), TensorFlow refuses (its own float). The correct op passes wherever its finite
+    # differences ran; a wrong factor fails.
+    results = battery[backend]
+    expected_dtype = {"torch": "float64", "jax": "float32"}
+    for dtype in ("float16", "bfloat16"):
+        right = results[f"gelu {dtype} 1.0"]
+        assert (right["verdict"], right["codes"]) == ("pass", []), (dtype, right["codes"])
+        assert right["dtype"] == expected_dtype.get(backend, dtype)
+        assert results[f"gelu {dtype} 1.25"]["codes"] == ["fd-mismatch"], dtype
+    assert results["gelu float16 1.1"]["codes"] == ["fd-mismatch"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_16_bit_ops_gradient_is_judged_at_its_precision_in_projection_mode_too(battery, backend):
+    # The prediction g . d sums each g_i's float16 rounding: a correct op raises no fd-mismatch, 1.1 times still
+    # fails where the finite differences run wider than float16 (PyTorch, JAX); in its own float16 (TensorFlow)
+    # projection mode says what it cannot rule out.
+    results = battery[backend]
+    right, wrong = results["gelu projection float16 1.0"], results["gelu projection float16 1.1"]
+    assert "fd-mismatch" not in right["codes"] and right["verdict"] in ("pass", "warn"), right["codes"]
+    if backend == "tensorflow":
+        assert wrong["codes"] == ["projection-resolution"]
+    else:
+        assert wrong["codes"] == ["fd-mismatch"], wrong["codes"]
+
+
 def test_no_framework_warning_leaks_from_gradmagics_own_vectorised_calls(battery):
     # PyTorch warns "There is a performance drop because we have not yet implemented the batching rule for
     # aten::quantile" when vmap meets ops.median: gradmagic's vmap, not the user's code.
@@ -501,6 +621,17 @@ def test_a_declared_surrogate_quotes_autodiff_next_to_each_element_it_names(batt
         assert row == column and float(autodiff) == pytest.approx(2 * x[int(column)], rel=1e-4)
         assert float(numerical) == pytest.approx(2 * x[int(column)], rel=1e-4)
     assert "agrees with the true derivative there" in message
+
+
+def test_one_op_gets_one_pattern_on_every_backend_whatever_its_library_ops_stop(battery):
+    # JAX's softmax subtracts the stopped maximum (a stop_gradient that changes no derivative): the op is still the
+    # upstream passed through a non-linear forward, as on TensorFlow and PyTorch.
+    jax_graph = report_of(battery["jax"]["softmax passed through"]).graph
+    assert any("stop_gradient" in node.op for node in jax_graph.nodes), [node.op for node in jax_graph.nodes]
+    for backend in BACKENDS:
+        found = battery[backend]["softmax passed through"]
+        assert (found["verdict"], found["pattern"]) == ("surrogate", "straight-through estimator"), backend
+        assert "straight-through estimator" in problem(report_of(found), "surrogate-differs").message
 
 
 #: What model.fit does with a trainable variable a custom-gradient op closes over, measured with Keras 3.15: the
@@ -559,7 +690,18 @@ def test_a_gradient_of_another_shape_or_dtype_is_judged_by_what_the_framework_do
         assert "PyTorch sums it back over the broadcast axes itself, so the op works here" in shape_message
         assert "Sum it over the broadcast axes yourself, `ops.sum(grad, axis=[0])`, which works" in shape_message
         assert (other_dtype.verdict, codes(other_dtype)) == ("warn", ["grad-dtype"])
-        assert "PyTorch casts it to the input's dtype itself" in problem(other_dtype, "grad-dtype").message
+        dtype_message = problem(other_dtype, "grad-dtype").message
+        assert "PyTorch casts it to the input's dtype itself" in dtype_message
+        # What the other backends do with the float64 gradient, as measured there: TensorFlow keeps it; JAX keeps it
+        # with jax_enable_x64 on, and with it off (its default) the cast gives float32 and the op works.
+        assert battery["tensorflow"]["taken"]["float64"]["db dtype"] == "float64"
+        assert battery["jax"]["taken x64"]["float64"]["db dtype"] == "float64"
+        assert battery["jax"]["taken"]["float64"]["db dtype"] == "float32"
+        assert (
+            "on TensorFlow the gradient stays float64, and on JAX too with jax_enable_x64 on (with it off, JAX's "
+            "default, the cast to float64 gives float32, with a warning)" in dtype_message
+        )
+        assert "on TensorFlow and JAX the gradient keeps the wrong dtype" not in dtype_message
         assert problem(reversed_shape, "grad-shape").severity == "error"
         assert "PyTorch refuses it when the gradient is taken" in fix
         assert "may accept" not in shape_message + fix

@@ -215,6 +215,14 @@ def _wrong_variable_gradient(x):
     return x * v, grad
 
 
+def _round_beside_a_smooth_forward(x):  # round contributes nothing; the gradient of sin is doubled
+    return tf.sin(x) + 0.0 * tf.round(x), lambda dy: dy * 2.0 * tf.cos(x)
+
+
+def _sign_left_out(x):  # sin(x) sign(x): the gradient forgot the sign, wrong where x < 0 (not flat there)
+    return tf.sin(x) * tf.sign(x), lambda dy: dy * tf.cos(x)
+
+
 _VARIABLE = tf.Variable(1.5)
 MATRIX = RNG.standard_normal((3, 3)).astype(np.float32)
 BUGS = {
@@ -227,6 +235,10 @@ BUGS = {
     "ReLU without its mask": (_relu_without_mask, [tf.constant([-2.0, -1.0, -0.5])]),
     "wrong variable gradient": (_wrong_variable_gradient, [tf.constant([1.0, 2.0])]),
     "identity scaled by 1.001, projection mode": (_identity_scaled_by_1_001, [MANY]),
+    # A quantising op in the forward is no straight-through estimator where the gradient is wrong where the forward
+    # is not flat.
+    "round beside a smooth forward": (_round_beside_a_smooth_forward, [tf.constant([0.3, -0.7, 1.1], tf.float64)]),
+    "sign left out of the gradient": (_sign_left_out, [tf.constant([0.3, -0.7, 1.1], tf.float64)]),
 }
 
 
@@ -342,6 +354,23 @@ def test_a_gradient_not_linear_in_the_upstream_is_a_bug_not_clipping():
     assert report.surrogate is None and "--surrogate" not in found.message
     assert "not linear in the upstream gradient" in found.message
     assert "Every vector-Jacobian product is linear in the upstream gradient" in found.message
+
+
+def test_the_sign_of_the_upstream_is_a_bug_not_clipping_and_clipping_by_value_stays_clipping():
+    def sign_of_upstream(x):  # bounded, as clipping is, but as large for the smallest upstream as for the largest
+        return tf.sin(x), lambda upstream: tf.sign(upstream) * tf.cos(x)
+
+    report = gradmagic.check(tf.custom_gradient(sign_of_upstream), POINTS)
+    found = problem(report, "grad-nonlinear")
+    assert report.codes() == ["grad-nonlinear"] and report.surrogate is None
+    assert "clipping" not in found.message and "do not square it, take its sign or norm" in found.message
+
+    def clipped_by_value(x):
+        return tf.round(x), lambda upstream: tf.clip_by_value(upstream, -0.1, 0.1)
+
+    clipped = gradmagic.check(tf.custom_gradient(clipped_by_value), POINTS * 3)
+    assert clipped.surrogate.pattern == "gradient clipping"
+    assert "This looks like gradient clipping" in problem(clipped, "grad-nonlinear").message
 
 
 def test_an_upstream_term_left_unmultiplied_is_a_bug_not_clipping():

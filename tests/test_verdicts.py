@@ -135,6 +135,43 @@ def test_a_full_jacobian_returned_instead_of_a_vector_jacobian_product_is_told_s
     assert "was broadcast" not in found.message
 
 
+def test_a_batched_per_example_jacobian_returned_instead_of_a_vector_jacobian_product_is_told_so():
+    def batched_softmax(x):  # x [2, 3]: the gradient is each row's [3, 3] Jacobian, scaled but never contracted
+        y = tf.nn.softmax(x)
+
+        def grad(upstream):
+            jacobian = tf.linalg.diag(y) - y[..., :, None] * y[..., None, :]
+            return tf.einsum("bi,bij->bij", upstream, jacobian)
+
+        return y, grad
+
+    report = gradmagic.check(batched_softmax, tf.constant([[0.1, 0.5, -0.3], [1.0, 2.0, 3.0]]))
+    assert report.codes() == ["grad-shape"]
+    found = problem(report, "grad-shape")
+    assert "has shape [2, 3, 3] but `x` has shape [2, 3]" in found.message
+    assert "the batch axes [2] that the input and the output share, then the output's [3], then the input's [3]" in (
+        found.message
+    )
+    assert "returns one Jacobian d output / d x per example, not the vector-Jacobian product" in found.message
+    assert 'tf.einsum("ai,aip->ap", upstream, jacobian)' in found.message
+    # The input's axes first, the output's last: the same, the other way round.
+    transposed = problem(
+        gradmagic.check(
+            lambda x: (tf.tile(x[:, :1], [1, 4]), lambda upstream: tf.zeros([2, 3, 4])), tf.ones([2, 3])
+        ),
+        "grad-shape",
+    )
+    assert "then the input's [3], then the output's [4]" in transposed.message
+    assert 'tf.einsum("ai,api->ap", upstream, jacobian)' in transposed.message
+    # A broadcast over a batch is no Jacobian: a per-example scale's gradient left unreduced is told to be summed.
+    scale = problem(
+        gradmagic.check(lambda x, s: (x * s, lambda upstream: (upstream * s, upstream * x)), tf.ones([2, 3]),
+                        tf.ones([2, 1])),
+        "grad-shape",
+    )
+    assert "Jacobian" not in scale.message and "tf.reduce_sum(grad, axis=[1])" in scale.message
+
+
 def test_variables_of_the_same_name_are_told_apart():
     first, second = tf.Variable([1.0, 2.0]), tf.Variable([3.0, 4.0, 5.0])  # both named "Variable"
 
@@ -153,6 +190,42 @@ def test_variables_of_the_same_name_are_told_apart():
     assert problem(report, "fd-mismatch").location.input == "Variable#2"
 
 
+@pytest.mark.parametrize(
+    "options", [{}, {"tf_function": False}, {"tf_function": False, "graph": False}, {"order": 2}]
+)
+def test_an_op_whose_forward_calls_tf_py_function_is_checked_and_its_autodiff_note_names_it(options):
+    def py_sin(factor):
+        @tf.custom_gradient
+        def op(x):
+            y = tf.py_function(tf.sin, [x], tf.float64)
+            y.set_shape(x.shape)
+            return y, lambda upstream: upstream * tf.cos(x) * factor
+
+        return op
+
+    x = tf.constant([0.3, -0.7, 1.1], tf.float64)
+    # TensorFlow takes the gradient of tf.py_function once per run of the forward: a second fails (the check's
+    # Jacobian rows came from one run, which used to make a correct op a graph-mismatch).
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = tf.py_function(tf.sin, [x], tf.float64)
+    tape.gradient(y, x)
+    with pytest.raises(tf.errors.UnknownError, match=r"KeyError: b'pyfunc_\d+'"):
+        tape.gradient(y, x)
+    right = gradmagic.check(py_sin(1.0), x, **options)
+    assert right.verdict == "pass" and right.codes() == ["autodiff-unavailable"], right
+    note = problem(right, "autodiff-unavailable").message
+    assert (
+        "because it uses tf.py_function (TensorFlow takes its gradient, autodiff of the Python function as it ran, "
+        "at most once per run of the forward" in note
+    )
+    assert "numpy_function" not in note
+    assert "finite differences judged the custom gradient" in note
+    wrong = gradmagic.check(py_sin(1.2), x, **options)
+    assert wrong.codes() == ["fd-mismatch", "autodiff-unavailable"]
+    assert "1.2 times the finite differences" in problem(wrong, "fd-mismatch").message
+
+
 def test_the_autodiff_notes_name_the_ops_that_really_stop_gradients():
     def numpy_softplus(x):
         y = tf.numpy_function(lambda v: np.log1p(np.exp(v)), [x], tf.float32)
@@ -161,7 +234,8 @@ def test_the_autodiff_notes_name_the_ops_that_really_stop_gradients():
 
     # TensorFlow's own gradient through tf.numpy_function is zero (unconnected): named, not guessed.
     found = problem(gradmagic.check(numpy_softplus, tf.constant([-1.0, 0.0, 2.0])), "autodiff-differs")
-    assert "tf.numpy_function or tf.py_function (no gradient at all)" in found.message
+    assert "the forward uses tf.numpy_function (no gradient at all) whose" in found.message
+    assert "tf.py_function" not in found.message
 
     def stopped(x):
         return x * x + tf.stop_gradient(x), lambda upstream: upstream * (2 * x + 1)

@@ -16,7 +16,7 @@ from gradmagic.checking import linearity, precision
 from gradmagic.checking.differences import EPSILONS, Axis, coarser, machine_epsilon, rounding_allowance
 from gradmagic.checking.findings import listing
 from gradmagic.checking.run import CheckRun, OpFailed, OwnPrecision, flat_upstream
-from gradmagic.checking.structure import direct_call
+from gradmagic.checking.structure import direct_call, shape_advice
 from gradmagic.frameworks.base import Layout, Vjps
 from gradmagic.report import Surrogate, element_label
 
@@ -36,26 +36,66 @@ def take_own_precision(run: CheckRun) -> bool:
     except OpFailed as failed:  # the framework's own error about the user's op
         report_compiled_failure(run, failed.error)
         return False
-    return _gradient_has_the_inputs_size(run)
+    return _gradients_have_the_inputs_shapes(run)
 
 
-def _gradient_has_the_inputs_size(run: CheckRun) -> bool:
+def _gradients_have_the_inputs_shapes(run: CheckRun) -> bool:
     """`grad-shape` (False) when the gradient taken through the custom gradients a composite reaches has another
-    number of elements than its inputs: one of them returned a gradient of the wrong shape, which the framework passed
-    on unchecked (a decorated op's gradients were checked one by one before)."""
-    found, columns = run.own_precision.trial.custom.shape[-1], run.columns
-    if found == columns.size:
-        return True
-    inputs = ", ".join(f"`{name}` {list(shape)}" for name, shape in zip(columns.names, columns.shapes))
-    run.findings.add(
-        "grad-shape",
-        "error",
-        f"The gradient taken through the custom gradients that `{run.findings.name}` reaches has {found} elements "
-        f"where its inputs ({inputs}) have {columns.size}: a custom gradient returns a gradient of another shape than "
-        "its input, and the framework passed it on without a check. After a broadcast, sum the gradient over the "
-        "broadcast axes (and reshape it to the input's shape).",
-    )
-    return False
+    shape than its input: one of them returned a gradient of the wrong shape, which the framework passed on
+    unchecked (a decorated op's gradients were checked one by one before). The shapes are the traced graph's (its
+    downstream gradients); without one, the numbers of elements."""
+    columns, findings = run.columns, run.findings
+    found = run.own_precision.trial.custom.shape[-1]
+    shapes = _traced_gradient_shapes(run)
+    if shapes is None or found != columns.size:
+        if found == columns.size:
+            return True
+        inputs = ", ".join(f"`{name}` {list(shape)}" for name, shape in zip(columns.names, columns.shapes))
+        findings.add(
+            "grad-shape",
+            "error",
+            f"The gradient taken through the custom gradients that `{findings.name}` reaches{_reached(run)} has "
+            f"{found} elements where its inputs ({inputs}) have {columns.size}: a custom gradient returns a gradient "
+            "of another shape than its input, and the framework passed it on without a check. After a broadcast, "
+            "sum the gradient over the broadcast axes (and reshape it to the input's shape).",
+        )
+        return False
+    wrong = [(name, shape, got) for name, shape, got in zip(columns.names, columns.shapes, shapes) if got != shape]
+    for name, shape, got in wrong:
+        findings.add(
+            "grad-shape",
+            "error",
+            f"The gradient for input `{name}` taken through the custom gradients that `{findings.name}` "
+            f"reaches{_reached(run)} has shape {list(got)} but `{name}` has shape {list(shape)}: one of them returns "
+            f"a gradient of another shape than its input; {findings.wording.wrong_shape}"
+            f"{shape_advice(name, shape, got, False, findings.wording)} A check of the custom-gradient op itself names "
+            "its gradient and the line that returns it.",
+            input=name,
+        )
+    return not wrong
+
+
+def _traced_gradient_shapes(run: CheckRun) -> list[tuple] | None:
+    """The shape of each gradient in z's order (the perturbable inputs', then the variables') as the traced graph
+    computes it, or None without a graph (or one whose shapes are not all known). A decorated op's own gradients
+    were checked one by one (`structure.py`), as they come back from its gradient function: None for it."""
+    graph = run.raw_graph
+    if run.target.origin != "composite" or graph is None or len(graph.gradients) != len(run.columns.names):
+        return None
+    producers = {op.name: op for op in graph.ops}
+    shapes = []
+    for name, index in graph.gradients:
+        op = producers.get(name)
+        shape = tuple(op.outputs[index][0]) if op is not None and index < len(op.outputs) else None
+        if shape is None or any(dimension is None for dimension in shape):
+            return None
+        shapes.append(shape)
+    return shapes
+
+
+def _reached(run: CheckRun) -> str:
+    reached = run.trial.reached
+    return f" ({listing(list(reached))})" if reached else ""
 
 
 def report_compiled_failure(run: CheckRun, error: Exception) -> None:
@@ -209,8 +249,18 @@ def _difference_in(run: CheckRun, layout: Layout) -> _Difference | None:
 def check_linearity(run: CheckRun) -> None:
     """`grad-nonlinear` when the custom gradient is not linear in the upstream gradient; for a declared surrogate,
     `surrogate-nonlinear` (info)."""
-    found = run.linearity = linearity.judge(run.own_precision.probe_gradients, run.precision(run.layout))
+    precision = run.precision(run.layout)
+    found = run.linearity = linearity.judge(run.own_precision.probe_gradients, precision)
     run.own_precision = dataclasses.replace(run.own_precision, probes=None)  # judged: not kept (5 N at millions)
+    if found.response == "bounded":  # clipping, or a sign of the upstream: told apart by small upstreams
+        z = run.z(run.layout)
+        small = linearity.small_probes(flat_upstream(run, z.dtype), precision)
+        try:
+            gradients = run.vjps(run.layout, z[None], small, autodiff=False).custom[0]
+        except OpFailed:  # the op failed at these upstreams after all: no clipping can be told
+            gradients = np.full(small.shape, np.nan)
+        if not linearity.linear_when_small(gradients, precision):
+            found = run.linearity = dataclasses.replace(found, response="nonlinear")
     if found.response in ("linear", None):
         return
     findings = run.findings

@@ -56,11 +56,15 @@ def check(
                 return run.report()
             lay_out(run)
             compared = run.rows.size and run.columns.size
+            # Where tracing is compiling, the graph is also the compiled run; a composite's traced gradients show the
+            # shapes its custom gradients hand on (traced on every check: a wrong shape of the right size hides
+            # otherwise).
+            composite = run.target.origin == "composite" and compared
             deferred = False
-            if options.graph or (options.tf_function and compared and adapter.graph_compiles):
-                deferred = adapter.graph_compiles and _trace_deferred(run)
+            if options.graph or (options.tf_function and compared and adapter.graph_compiles) or composite:
+                deferred = adapter.graph_compiles and not composite and _trace_deferred(run)
                 if not deferred:
-                    with run.phase("graph", 0.15, timing="graph"):  # where tracing is compiling, also the compiled run
+                    with run.phase("graph", 0.15, timing="graph"):
                         trace_graph(run)
             if (options.tf_function or options.numbers) and compared and not run.failed:
                 with run.phase(adapter.compiled, 0.3, timing="tf_function"):

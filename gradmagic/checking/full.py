@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from gradmagic.checking import surrogate
+from gradmagic.checking import low_precision, precision, surrogate
 from gradmagic.checking.differences import (
     Axis,
     central_differences,
@@ -62,8 +62,10 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     n = z.size
     center = precise.outputs[0]
     h = steps[:, None]
+    # The custom gradient is judged in the precision it is written for (its constants in the op's own float).
+    judged_rtol = rtol + precision.gradient_rounding(run, layout)
     numerical_t, tolerance_t, error_t = central_differences(
-        plus, minus, custom, steps, rtol, atol, machine_epsilon(dtype)
+        plus, minus, custom, steps, judged_rtol, atol, machine_epsilon(dtype)
     )
     with np.errstate(all="ignore"):
         # One-sided slopes differ by |f(z+h) + f(z-h) - 2 f(z)| / h: h * f'' when smooth, the slope jump at a kink.
@@ -73,12 +75,18 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         jump_t /= h
     candidates = np.flatnonzero((jump_t > tolerance_t).any(axis=1))
     kinks = _kinks(run, layout, z, steps, center, plus, minus, candidates, tolerance_t)
-    # A difference beyond its tolerance, which holds the rounding, is a finding whatever the step; one within it
-    # judges nothing where the rounding alone is as large as the tolerance.
-    rounded_t = _rounded(plus, minus, custom, numerical_t, steps, dtype, rtol, atol) & ~kinks[:, None]
-    rounded_t &= ~(error_t > 1)
-    error_t[rounded_t] = np.nan  # not judged, like a NaN difference (`judge`)
-    numerical_t[rounded_t] = np.nan
+    if low_precision.applies(dtype):  # in a 16-bit float: extrapolated, judged by the noise the steps measure
+        numerical_t, tolerance_t, error_t, (rtol, atol) = low_precision.extrapolated(
+            run, layout, z, steps, plus, minus, custom
+        )
+        rounded_t = np.zeros(numerical_t.shape, bool)  # their tolerance holds the rounding the steps measured
+    else:
+        # A difference beyond its tolerance, which holds the rounding, is a finding whatever the step; one within it
+        # judges nothing where the rounding alone is as large as the tolerance.
+        rounded_t = _rounded(plus, minus, custom, numerical_t, steps, dtype, rtol, atol) & ~kinks[:, None]
+        rounded_t &= ~(error_t > 1)
+        error_t[rounded_t] = np.nan  # not judged, like a NaN difference (`judge`)
+        numerical_t[rounded_t] = np.nan
     ranked, judged, mismatched = judge(numerical_t, error_t, kinks)
     numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
 
@@ -288,7 +296,9 @@ def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, 
     surrogate.report_mismatch(
         findings,
         options.surrogate,
-        surrogate.full_evidence(custom, numerical, tolerance, judged, square, run.linearity, run.forward_ops),
+        surrogate.full_evidence(
+            custom, numerical, tolerance, judged, square, run.linearity, run.forward_ops, autodiff
+        ),
         where + (f", by up to {largest:.3g}" if options.surrogate else ""),
         "; ".join(listing),
         dict(input=input_name, index=index, output=output_name, output_index=output_index),
@@ -351,7 +361,20 @@ def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, j
                 output_index=output_index,
             )
     stoppers = surrogate.gradient_stoppers(run.forward_ops, findings.wording)
-    if autodiff is None and stoppers:
+    failure = run.autodiff_failure
+    if autodiff is None and failure is not None:  # taken, but it failed where the custom gradient alone worked
+        cause = findings.wording.autodiff_failure(failure)
+        if cause is None:
+            raised = f"{type(failure).__name__}: {findings.wording.cause(failure)}"
+            cause = f"it uses {stoppers}" if stoppers else raised
+        findings.add(
+            "autodiff-unavailable",
+            "info",
+            f"{findings.wording.autodiff} of the forward could not be taken beside the custom gradient, because "
+            f"{cause}. "
+            "It is left out; finite differences judged the custom gradient.",
+        )
+    elif autodiff is None and stoppers:
         findings.add(
             "autodiff-unavailable",
             "info",

@@ -12,9 +12,14 @@ them in the op's own precision:
 
 * grad(A u1 + B u2) = A grad(u1) + B grad(u2) and grad(1000 u1) = 1000 grad(u1):
   "linear";
-* not linear, and no larger at a millionfold than at a thousandfold: the
-  gradient clips or normalises the upstream ("bounded"), the classic
-  surrogate (TensorFlow's own clip_gradients example);
+* not linear, no larger at a millionfold than at a thousandfold, and linear
+  for small upstreams: the gradient clips or normalises the upstream
+  ("bounded"), the classic surrogate (TensorFlow's own clip_gradients
+  example). Clipping leaves a small upstream as it is; a sign of the
+  upstream, bounded too, is as large for the smallest upstream as for the
+  largest. Only a gradient found bounded takes the two more products this
+  needs, at u1 scaled down a thousandfold and a millionfold (ten- and a
+  hundredfold in float16), `small_probes` and `linear_when_small`;
 * anything else not linear: "nonlinear", a mistake.
 """
 
@@ -33,6 +38,9 @@ SCALES = {"float16": (1e1, 1e2)}
 DEFAULT_SCALES = (1e3, 1e6)
 #: Upstream rows a linearity probe takes: u1, u2, A u1 + B u2, then u1 at each scale.
 ROWS = 3 + len(DEFAULT_SCALES)
+#: Scales of u1 small enough that clipping leaves the upstream as it is: a clipped gradient is linear there.
+SMALL_SCALES = {"float16": (1e-1, 1e-2)}
+DEFAULT_SMALL_SCALES = (1e-3, 1e-6)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,18 @@ def judge(gradients: np.ndarray, precision: str) -> Linearity:
         response = "nonlinear"
     values = (float(combined[worst]), float(expected[worst])) if worst is not None else (0.0, 0.0)
     return Linearity(response, float(deviations.max(initial=0)) / scale, worst, *values)
+
+
+def small_probes(u1: np.ndarray, precision: str) -> np.ndarray:
+    """[2, size]: u1 scaled down to where clipping leaves it alone, for an op computing in `precision`."""
+    return np.stack([u1 * scale for scale in SMALL_SCALES.get(precision, DEFAULT_SMALL_SCALES)]).astype(u1.dtype)
+
+
+def linear_when_small(gradients: np.ndarray, precision: str) -> bool:
+    """Whether the custom gradient at the `small_probes` rows ([2, N]) is linear there: the two agree, scaled."""
+    small, smaller = SMALL_SCALES.get(precision, DEFAULT_SMALL_SCALES)
+    with np.errstate(all="ignore"):
+        return close(gradients[1] / smaller, gradients[0] / small, machine_epsilon(precision))
 
 
 def close(value: np.ndarray, expected: np.ndarray, epsilon: float | None = None) -> bool:

@@ -93,6 +93,24 @@ def _accepts(run: CheckRun, layout: Layout, dtype: str) -> bool:
     return not narrowed_outputs and not (dtype == "float64" and forward.narrows_float64)
 
 
+#: A custom gradient written for an op's own precision may differ from the derivative by this many of its roundings,
+#: relative, where the finite differences run in a wider float (`gradient_rounding`).
+GRADIENT_ROUNDINGS = 4
+
+
+def gradient_rounding(run: CheckRun, layout: Layout) -> float:
+    """The relative error a custom gradient computed at `layout` may carry by the rounding of the op's own precision:
+    none in that precision itself; at a layout gradmagic cast up, a few of its roundings. A 16-bit op's gradient
+    function is written with its constants in that float (`ops.cast(0.7978845608, x.dtype)`, `3 * k` computed in
+    float16), which PyTorch and JAX mix into float64 inputs as they are: its gradient is then as exact as that
+    float, while finite differences in float64 see the derivative to 1e-10. Judged at its own precision, rounding is
+    no mismatch, and a wrong factor (1.1 times) far beyond it still is."""
+    own = run.precision(run.layout)
+    if layout is run.layout or machine_epsilon(own) <= machine_epsilon(run.precision(layout)):
+        return 0.0
+    return GRADIENT_ROUNDINGS * machine_epsilon(own)
+
+
 #: The precisions `effective` tells apart, finest first.
 LADDER = ("float64", "float32", "float16", "bfloat16")
 #: Slopes at a step and at a 64th of it agree to this relative difference where the op resolves the step.
@@ -118,7 +136,7 @@ def _narrower(run: CheckRun, layout: Layout) -> list[str]:
     float cast up to a wider one may cast back to its own (`ops.cast(x, "float16")`, a cast its own inputs make
     vanish from the graph): its own precision is always a candidate there."""
     graph = run.raw_graph
-    if graph is None or any(op.meaning == "python_function" for op in graph.ops):
+    if graph is None or any(op.meaning in ("python_function", "eager_python_function") for op in graph.ops):
         return list(LADDER)
     own = run.precision(run.layout)
     floats = set(traced_floats(run))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradmagic.checking import surrogate
+from gradmagic.checking import precision, surrogate
 from gradmagic.checking.differences import EPSILONS, Axis, aligned_empty, machine_epsilon, steps_for, tolerances
 from gradmagic.checking.findings import LISTED
 from gradmagic.checking.run import CheckRun
@@ -40,6 +40,8 @@ from gradmagic.report import ElementComparison, Numerics, element_label
 
 #: A direction fails when its error exceeds this many times the noise floor.
 NOISE_MARGIN = 30.0
+#: ... and this many times the root-sum-square of the custom gradient's own rounding (`precision.gradient_rounding`).
+GRADIENT_MARGIN = 3.0
 #: ... and this many machine epsilons (rounding of the long dot products themselves, which run in float32 at least:
 #: a 16-bit op's own rounding is in the measured noise).
 EPSILON_FLOOR = 1e3
@@ -52,6 +54,8 @@ UNJUDGEABLE_NOISE = 1e-2
 SMOOTH_FLOORS = 10
 #: Located elements reported at most.
 LOCATED = 8
+#: Elements of a spread error measured besides its worst (`_Locator.samples`).
+SAMPLED = 3
 #: Blocks when the error is spread over many elements.
 BLOCKS = 16
 #: Largest base of the digit code.
@@ -249,7 +253,15 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
             f"full_threshold = {options.full_threshold}), where each element is judged on its own and jumps are "
             "recognised.",
         )
-    floor = EPSILON_FLOOR * min(epsilon, EPSILONS["float32"])
+    # A custom gradient computed in the op's own 16-bit float where the finite differences run wider (its constants
+    # in float16, kept so by PyTorch): each g_i carries a few of that float's roundings, which the prediction g . d
+    # sums like random errors, sqrt(sum (g_i d_i)^2) of them.
+    with np.errstate(all="ignore"):
+        steps_norm = float(np.sqrt(np.dot(prober.step_magnitudes, prober.step_magnitudes)))
+        gradient_noise = np.nan_to_num(
+            precision.gradient_rounding(run, layout) * steps_norm / scale, nan=0.0, posinf=0.0
+        )
+    floor = EPSILON_FLOOR * min(epsilon, EPSILONS["float32"]) + GRADIENT_MARGIN * float(np.max(gradient_noise))
     threshold = NOISE_MARGIN * noise_floor + floor
     failing = ~(error <= threshold)
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
@@ -653,9 +665,26 @@ class _Locator:
             if thin or len(carrying) > LOCATED - len(located):
                 worst = self.worst_of(candidates)
                 some = carrying if not thin else [(b, m) for b, m in parts if abs(m) > self.typical_noise]
-                return located + [worst], self.describe(some, len(blocks))
+                return located + self.samples(some, worst) + [worst], self.describe(some, len(blocks))
             pending += carrying
         return located, []
+
+    def samples(self, blocks: list, worst: ElementComparison) -> list[ElementComparison]:
+        """A few elements of a spread error besides its worst (which may be where the forward jumps, its finite
+        difference off scale): the middle element of each of the SAMPLED blocks that carry the most, each along its
+        own step, in one call. What they show of the forward (flat, or not) is evidence for the pattern."""
+        worst_flat = self.columns.offsets[self.columns.names.index(worst.input)] + (
+            int(np.ravel_multi_index(worst.index, self.columns.shapes[self.columns.names.index(worst.input)]))
+            if worst.index
+            else 0
+        )
+        ranked = sorted(blocks, key=lambda entry: -abs(entry[1]))
+        elements = [int(block[block.size // 2]) for block, _ in ranked if int(block[block.size // 2]) != worst_flat]
+        elements = elements[:SAMPLED]
+        if not elements:
+            return []
+        parts = self.measure(self.indicator(*[[element] for element in elements]))
+        return [self.comparison(element, float(part)) for element, part in zip(elements, parts)]
 
     def worst_of(self, candidates: np.ndarray) -> ElementComparison:
         """The element whose gradient is the most wrong among `candidates`: the block carrying the most, split again
@@ -769,27 +798,32 @@ def _report_mismatch(
         f"noise floor {noise:.3g})"
     )
     listing = []
-    worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
-    if located:
-        quoted = options.surrogate and prober.autodiff is not None  # the note speaks of autodiff's values
-        listed = "; ".join(
+    quoted = options.surrogate and prober.autodiff is not None  # the note speaks of autodiff's values
+
+    def listed(elements) -> str:
+        return "; ".join(
             f"{element_label(e.input, e.index)}: {label} {e.custom:.6g}, finite differences {e.numerical:.6g}"
             + (f", autodiff {e.autodiff:.6g}" if quoted and e.autodiff is not None else "")
-            for e in located[:LISTED]
+            for e in elements[:LISTED]
         )
+
+    worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
+    if spread:
+        # Spread: no element is the wrong one. The worst found by splitting is named as such (and is where the
+        # problem points), the others found on the way as more of the same.
+        what = "difference" if options.surrogate else "error"
+        others = f"; others found: {listed(located)}" if located else ""
+        listing.append(
+            f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}; the worst "
+            f"element found, {listed([worst])}{others}"
+        )
+        located.append(worst)
+    elif located:
         what = "Differing" if options.surrogate else "Wrong"
         listing.append(
             f"{what} element{'s' if len(located) > 1 else ''}, as components of the vector-Jacobian product "
-            f"for a random upstream gradient: {listed}"
+            f"for a random upstream gradient: {listed(located)}"
         )
-    if spread:
-        what = "difference" if options.surrogate else "error"
-        listing.append(
-            f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}; the worst "
-            f"element found, {element_label(worst.input, worst.index)}: {label} {worst.custom:.6g}, finite "
-            f"differences {worst.numerical:.6g}"
-        )
-        located.append(worst)
     mistake_hint = ""
     with np.errstate(all="ignore"):
         ratios = predicted / differences
@@ -801,7 +835,7 @@ def _report_mismatch(
         )
     square = surrogate.square_block(columns, rows)
     evidence = surrogate.projected_evidence(
-        prober.custom, prober.upstream_vector, square, run.linearity, true_zero, run.forward_ops
+        prober.custom, prober.upstream_vector, square, run.linearity, true_zero, run.forward_ops, tuple(located)
     )
     note = ""
     if options.surrogate:
@@ -829,7 +863,7 @@ def _report_mismatch(
         evidence,
         where,
         ". ".join(listing) if listing else "No single element carries the difference",
-        {"input": located[0].input, "index": located[0].index} if located else {},
+        {"input": (worst or located[0]).input, "index": (worst or located[0]).index} if located else {},
         mistake_hint,
         note,
     )

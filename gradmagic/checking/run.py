@@ -57,6 +57,8 @@ class Trial:
     upstreams: list
     gradients: list | None = None  # one per input leaf
     variable_gradients: list | None = None
+    #: For a composite: the custom-gradient ops its call reached (their functions' names), when the adapter tells.
+    reached: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,9 @@ class CheckRun:
     effective: str | None = None
     own_precision: OwnPrecision | None = None  # taken once, compared with the trial, judged for linearity, reused
     linearity: Linearity | None = None
+    #: What the framework raised when autodiff of the forward was taken beside the custom gradient, which alone
+    #: worked (see `vjps`); autodiff is left out since.
+    autodiff_failure: Exception | None = None
     #: What the gradient function can reach, when it changed some of it: put back again at the end of the check.
     state: StateWatch | None = None
     _z: dict = field(default_factory=dict, repr=False)  # id(layout): (layout, z), see `z`
@@ -160,8 +165,18 @@ class CheckRun:
     def vjps(
         self, layout: Layout, points: np.ndarray, upstreams: np.ndarray, autodiff: bool = True, jacobian: bool = False
     ) -> Vjps:
-        """`Adapter.vjps` of this check's op; what it raises, as `OpFailed`."""
-        return self._op_call(self.adapter.vjps, layout, points, upstreams, autodiff, jacobian)
+        """`Adapter.vjps` of this check's op; what it raises, as `OpFailed`. Autodiff of the forward is a reference,
+        not the op: when the call fails with it and works without it, autodiff is left out (`autodiff_failure`), of
+        this call and the later ones (`tf.py_function` has a gradient TensorFlow takes once per run of the forward)."""
+        autodiff = autodiff and self.autodiff_failure is None
+        try:
+            return self._op_call(self.adapter.vjps, layout, points, upstreams, autodiff, jacobian)
+        except OpFailed as failed:
+            if not autodiff:
+                raise
+            vjps = self._op_call(self.adapter.vjps, layout, points, upstreams, False, jacobian)
+            self.autodiff_failure = failed.error
+            return vjps
 
     def second_order(self, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """`Adapter.second_order` of this check's op; what it raises, as `OpFailed`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,7 @@ def check_structure(run: CheckRun) -> None:
         run.trial = Trial(
             outputs, output_names, output_metas, variables, variable_names, _upstreams(run, output_names, output_metas)
         )
+        run.trial.reached = forward.custom_gradients
         return
     grad_fn = result[1]
     if not _fits_convention(run, outputs, output_names, variable_names, grad_fn):
@@ -543,7 +545,7 @@ def _check_gradient(
         findings.add("grad-shape", "warning" if fixed else "error", message, line=line, **where)
     if gradient_meta.dtype != meta.dtype:
         fixed = fixes and gradient_meta.floating
-        consequence = f" {wording.fixed_gradient('dtype')}" if fixed else ""
+        consequence = f" {wording.fixed_gradient('dtype', gradient_meta.dtype)}" if fixed else ""
         findings.add(
             "grad-dtype",
             "warning" if fixed else "error",
@@ -577,49 +579,95 @@ def _not_compared(role: str, name: str, meta: TensorMeta, findings: Findings, wh
     )
 
 
-def _jacobian_of(expected: tuple, got: tuple, output_shapes: list[tuple]) -> tuple | None:
-    """The output shape whose full Jacobian in an input of shape `expected` has the shape `got`, if one has."""
-    for output in output_shapes if expected else ():
-        if got in (tuple(output) + tuple(expected), tuple(expected) + tuple(output)):
-            return tuple(output)
+@dataclass(frozen=True)
+class _Jacobian:
+    """A gradient shaped as the Jacobian of an output in its input: `batch` leading axes shared by both (a
+    per-example Jacobian; none for the full one), then the output's other axes and the input's (`output_first`), or
+    the input's and the output's."""
+
+    output: tuple
+    batch: int
+    output_first: bool
+
+
+def _jacobian_of(expected: tuple, got: tuple, output_shapes: list[tuple]) -> _Jacobian | None:
+    """How a gradient of shape `got` for an input of shape `expected` is a Jacobian of one of the outputs, if it is:
+    d output / d input whole, or batched over leading axes the input and the output share."""
+    for output in output_shapes:
+        output = tuple(output)
+        for batch in range(min(len(expected), len(output)) + 1):
+            if expected[:batch] != output[:batch]:
+                break
+            inner, outer = tuple(expected[batch:]), output[batch:]
+            if not inner:  # a scalar's Jacobian has the output's shape, as its unreduced broadcast has: that
+                break  # mistake is by far the likelier
+            if got == expected[:batch] + outer + inner:
+                return _Jacobian(output, batch, True)
+            if got == expected[:batch] + inner + outer:
+                return _Jacobian(output, batch, False)
     return None
 
 
 def _shape_message(
-    role: str, name: str, expected: tuple, got: tuple, jacobian: tuple | None, fixed: bool, findings: Findings
+    role: str, name: str, expected: tuple, got: tuple, jacobian: _Jacobian | None, fixed: bool, findings: Findings
 ) -> str:
-    """What a gradient of shape `got` for an input of shape `expected` does here, and its fix: `jacobian`, the
-    output shape when it is the full Jacobian; `fixed`, the framework sums the broadcast back itself."""
+    """What a gradient of shape `got` for an input of shape `expected` does here, and its fix: `jacobian`, how it is
+    the Jacobian of an output; `fixed`, the framework sums the broadcast back itself."""
     wording = findings.wording
     consequence = wording.fixed_gradient("shape") if fixed else wording.wrong_shape
     message = f"The gradient for {role} `{name}` has shape {list(got)} but `{name}` has shape {list(expected)}; "
     message += consequence
-    # A scalar input's Jacobian has the output's shape, as its unreduced broadcast has, by far the likelier mistake.
-    if jacobian is not None:
+    if jacobian is None:
+        return message + shape_advice(name, expected, got, fixed, wording)
+    contraction = _contraction(jacobian, expected, wording)
+    if not jacobian.batch:
         return message + (
-            f" Its shape is the output's {list(jacobian)} and the {role}'s {list(expected)} together: the gradient "
-            f"function returns the full Jacobian d output / d {name}, not the vector-Jacobian product. Return the "
-            f"upstream gradient times the Jacobian, summed over the output's axes (`{wording.reduce_sum}(upstream"
-            "[..., None] * jacobian, axis=...)`), or better, that product without building the Jacobian."
+            f" Its shape is the output's {list(jacobian.output)} and the {role}'s {list(expected)} together: the "
+            f"gradient function returns the full Jacobian d output / d {name}, not the vector-Jacobian product. Return "
+            f"the upstream gradient times the Jacobian, summed over the output's axes (`{contraction}`), or better, "
+            "that product without building the Jacobian."
         )
+    batch = list(expected[: jacobian.batch])
+    parts = [
+        f"the output's {list(jacobian.output[jacobian.batch :])}",
+        f"the {role}'s {list(expected[jacobian.batch :])}",
+    ]
+    if not jacobian.output_first:
+        parts.reverse()
+    return message + (
+        f" Its shape is the batch axes {batch} that the {role} and the output share, then {parts[0]}, then "
+        f"{parts[1]}: the gradient function returns one Jacobian d output / d {name} per example, not the "
+        "vector-Jacobian product. Return the upstream gradient times each example's Jacobian, summed over the "
+        f"output's axes (`{contraction}`), or better, that product without building the Jacobians."
+    )
+
+
+def _contraction(jacobian: _Jacobian, expected: tuple, wording) -> str:
+    """The call that turns the (batched) Jacobian into the vector-Jacobian product: an einsum over its axes."""
+    batch = "abcdefgh"[: jacobian.batch]
+    outer = "ijklmn"[: len(jacobian.output) - jacobian.batch]
+    inner = "pqrstu"[: len(expected) - jacobian.batch]
+    axes = batch + (outer + inner if jacobian.output_first else inner + outer)
+    return f'{wording.einsum}("{batch + outer},{axes}->{batch + inner}", upstream, jacobian)'
+
+
+def shape_advice(name: str, expected: tuple, got: tuple, fixed: bool, wording) -> str:
+    """How to turn a gradient of shape `got` into one of `name`'s shape `expected` (a sentence, with a leading space);
+    `fixed`: the framework sums a broadcast back itself, for portability only."""
     axes = _broadcast_axes(expected, got)
     if axes is not None:
         reduced = f"{wording.reduce_sum}(grad, axis={list(axes)})"
         if len(got) - len(axes) != len(expected):
             reduced = f"{wording.reshape}({reduced}, {list(expected)})"
         if fixed:
-            return message + f" Sum it over the broadcast axes yourself, `{reduced}`, which works on every backend."
-        broadcast = f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes"
-        return message + f"{broadcast}, `{reduced}`."
-
+            return f" Sum it over the broadcast axes yourself, `{reduced}`, which works on every backend."
+        return f" `{name}` was broadcast in the forward: sum the gradient over the broadcast axes, `{reduced}`."
     fix = f" Return one gradient value per element of `{name}`, in its shape {list(expected)}"
     if len(got) > 1 and tuple(got) == tuple(reversed(expected)):
-        return message + fix + ": its shape is reversed, a transpose is missing or one too many."
+        return fix + ": its shape is reversed, a transpose is missing or one too many."
     if int(np.prod(got)) == int(np.prod(expected)):
-        return message + fix + (
-            f"; if it holds the right values in another layout, `{wording.reshape}(grad, {list(expected)})`."
-        )
-    return message + fix + f": it has {int(np.prod(got))} elements where `{name}` has {int(np.prod(expected))}."
+        return fix + f"; if it holds the right values in another layout, `{wording.reshape}(grad, {list(expected)})`."
+    return fix + f": it has {int(np.prod(got))} elements where `{name}` has {int(np.prod(expected))}."
 
 
 def _broadcast_axes(shape: tuple, broadcast: tuple) -> tuple[int, ...] | None:

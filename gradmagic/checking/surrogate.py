@@ -62,6 +62,12 @@ class Evidence:
     upstream_response: str | None
     #: Where the custom gradient differs, the true derivative is zero (flat parts of the forward) everywhere.
     differs_only_where_flat: bool = False
+    #: The custom gradient differs at an input element where the forward is flat (the true derivative of every
+    #: output in it zero), with a gradient flowing there: what a straight-through estimator does.
+    flows_where_flat: bool = False
+    #: Autodiff of the forward agrees with the true derivative at every compared element (a `stop_gradient` inside
+    #: then changes no derivative: a numerical safeguard, as in JAX's softmax); None when not known.
+    autodiff_matches: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -91,11 +97,19 @@ def forward_ops(graph: RawGraph | None) -> frozenset[str] | None:
 def recognise(evidence: Evidence) -> Pattern | None:
     """The surrogate pattern the evidence fits, or None when it looks like a mistake."""
     ops = evidence.forward_ops or frozenset()
+    if "stop_gradient" in ops and evidence.autodiff_matches and evidence.true_derivative != "zero":
+        # A stop_gradient that changes no derivative of a forward that is not flat (JAX's softmax subtracts the
+        # stopped maximum): no evidence of a forward built to differentiate otherwise.
+        ops = ops - {"stop_gradient"}
     piecewise_constant = [op for op in _PIECEWISE_CONSTANT if op in ops]
-    # Flat everywhere it was compared: a quantiser when the graph shows one (or a cast through integers), or
-    # when there is no graph to ask; a flat stretch of another op (ReLU below zero) is no evidence.
-    flat_forward = bool(piecewise_constant) or (
-        evidence.true_derivative == "zero" and (evidence.forward_ops is None or "cast" in ops)
+    # A quantiser when the graph shows one and the custom gradient differs where the forward is flat (every
+    # compared element, or some input element where the gradient flows instead of being zero): a `round` added to a
+    # smooth forward, whose gradient is wrong where the forward is not flat, is no straight-through estimator. Flat
+    # everywhere it was compared: a quantiser too where a cast through integers shows one, or where there is no graph
+    # to ask; a flat stretch of another op (ReLU below zero) is no evidence.
+    flat = evidence.true_derivative == "zero"
+    flat_forward = (bool(piecewise_constant) and (flat or evidence.flows_where_flat)) or (
+        flat and (evidence.forward_ops is None or "cast" in ops)
     )
     clips = "clip" in ops or _CLIP_PAIR <= ops
     factor = evidence.custom_factor
@@ -158,10 +172,12 @@ def full_evidence(
     square: slice | None,
     linearity: Linearity | None,
     ops: frozenset[str] | None,
+    autodiff: np.ndarray | None = None,
 ) -> Evidence:
     """Evidence from dense Jacobians ([outputs, inputs]); `square`: the columns of the input shaped like the op's one
     output (a reversal layer's `x`, beside its hyper-parameters), where the forward may be the identity;
-    `linearity`: how the custom gradient responds to the upstream gradient (measured on every check)."""
+    `linearity`: how the custom gradient responds to the upstream gradient (measured on every check); `autodiff`:
+    the forward's own Jacobian, when it was taken."""
     compared = judged & np.isfinite(numerical)
     true_derivative = None
     if compared.any():
@@ -179,8 +195,15 @@ def full_evidence(
     response = linearity.response if linearity is not None else None
     with np.errstate(all="ignore"):
         differs = compared & (np.abs(custom - numerical) > tolerance)
+        zero = np.abs(numerical) <= tolerance
+        flat_columns = np.all(zero | ~compared, axis=0) & compared.any(axis=0)  # the forward flat in that element
+        flows = (differs & (np.abs(custom) > tolerance)).any(axis=0)
+        matches = None
+        if autodiff is not None:
+            agreeing = np.abs(autodiff - numerical) <= tolerance
+            matches = bool(compared.any()) and bool(np.all(agreeing[compared]))
     flat = bool(differs.any()) and bool(np.all(np.abs(numerical[differs]) <= tolerance[differs]))
-    return Evidence(ops, true_derivative, factor, response, flat)
+    return Evidence(ops, true_derivative, factor, response, flat, bool((flat_columns & flows).any()), matches)
 
 
 def projected_evidence(
@@ -190,16 +213,20 @@ def projected_evidence(
     linearity: Linearity | None,
     true_zero: bool,
     ops: frozenset[str] | None,
+    located: tuple = (),
 ) -> Evidence:
     """Evidence in projection mode: `custom_vjp` = J^T `upstream`, measured; `square` as for `full_evidence`;
-    `true_zero`: every probe's finite difference is within its noise while the custom gradient predicts more."""
+    `true_zero`: every probe's finite difference is within its noise while the custom gradient predicts more;
+    `located`: the elements found wrong (`ElementComparison`s, components of the vector-Jacobian product), where a
+    gradient flowing against a finite difference near zero shows the forward flat there."""
     factor = None
     if square is not None:
         block = custom_vjp[square]
         candidate = float(block @ upstream / (upstream @ upstream))
         factor = _rounded(candidate) if close(block, candidate * upstream) else None
     response = linearity.response if linearity is not None else None
-    return Evidence(ops, "zero" if true_zero else None, factor, response)
+    flows = any(e.custom != 0 and abs(e.numerical) <= NEAR_ONE * abs(e.custom) for e in located)
+    return Evidence(ops, "zero" if true_zero else None, factor, response, flows_where_flat=flows)
 
 
 def square_block(columns, rows) -> slice | None:
@@ -339,5 +366,7 @@ def gradient_stoppers(ops: frozenset[str] | None, wording) -> str | None:
         found.append(f"`{wording.stop_gradient}`")
     if "python_function" in (ops or ()):
         found.append(f"{wording.python_function} (no gradient at all)")
+    if "eager_python_function" in (ops or ()):
+        found.append(f"{wording.eager_python_function} ({wording.eager_python_function_gradient})")
     return ", ".join(found) or None
 

@@ -165,7 +165,9 @@ class RawOp:
     #: What the op does, where it tells an intended surrogate gradient from a mistake, in the framework's own
     #: spelling normalised by the adapter: "round", "sign", "floor", "ceil", "argmax" (argmin too: an index, picked
     #: by value, as a one-hot Gumbel-softmax sample does), "clip", "minimum", "maximum",
-    #: "stop_gradient", "python_function" (a call into Python, with no gradient), "cast", "custom_gradient" (where a
+    #: "stop_gradient", "python_function" (a call into Python, with no gradient: `tf.numpy_function`),
+    #: "eager_python_function" (a call into Python whose gradient is autodiff of the Python function as it ran:
+    #: `tf.py_function`), "cast", "custom_gradient" (where a
     #: custom-gradient op takes its gradient); None for any other op.
     meaning: str | None = None
 

@@ -22,6 +22,7 @@ KERAS_OPS = {
     "where": "ops.where",
     "softplus": "ops.softplus",
     "stop_gradient": "ops.stop_gradient",
+    "einsum": "ops.einsum",
 }
 
 
@@ -41,14 +42,19 @@ class Wording:
     where: str
     softplus: str
     stop_gradient: str
+    einsum: str
     #: What the framework does with a gradient of the wrong shape (one it does not fix, `fixes_gradients`).
     wrong_shape: str
     #: When the framework reports a wrong number of gradients.
     wrong_count: str
     #: Why a gradient function may not differentiate on this backend, added to second-order mismatches.
     second_order: str = ""
-    #: How an op calls into Python (which has no gradient): "tf.numpy_function or tf.py_function".
+    #: How an op calls into Python with no gradient: "tf.numpy_function".
     python_function: str = "a call into Python"
+    #: How an op calls into Python with a gradient of its own (autodiff of the Python function as it ran), and what
+    #: limits that gradient: "tf.py_function", "its gradient ..." (a phrase); "" where the framework has none.
+    eager_python_function: str = ""
+    eager_python_function_gradient: str = ""
     #: How the structure checks ran the op, against which `compiled` is compared.
     direct: str = "eagerly"
     #: Advice when the op works `direct`ly but its gradient fails `compiled`.
@@ -96,6 +102,11 @@ class Wording:
         the operation that failed (None when the framework does not say)."""
         return None
 
+    def autodiff_failure(self, error: BaseException) -> str | None:
+        """Why autodiff of a forward failed where its custom gradient worked, when the error tells (a phrase after
+        "it fails because"), else None."""
+        return None
+
     def list_failure(self, inputs: int) -> str:
         """What a list of gradients does where the framework needs a tuple (`GradientConvention.tuple_required`)."""
         return "it fails when the gradient is taken"
@@ -109,10 +120,10 @@ class Wording:
         """Why several output tensors fail (`GradientConvention.single_output`)."""
         return ""
 
-    def fixed_gradient(self, what: str) -> str:
+    def fixed_gradient(self, what: str, dtype: str | None = None) -> str:
         """What the framework does with a gradient of a broadcast shape (`what` "shape") or of another floating dtype
-        ("dtype") that it fixes itself (`GradientConvention.fixes_gradients`), and what it does elsewhere: a
-        sentence."""
+        ("dtype", the gradient's `dtype`) that it fixes itself (`GradientConvention.fixes_gradients`), and what it
+        does elsewhere: a sentence."""
         return ""
 
 

@@ -105,7 +105,7 @@ class KerasTorchAdapter(KerasAdapter):
         return native(np.asarray(value))
 
     def constant(self, array: np.ndarray, dtype: str) -> Any:
-        return torch.as_tensor(np.asarray(array), dtype=torch_dtype(dtype))
+        return _tensor(np.asarray(array), dtype=torch_dtype(dtype))
 
     # -- running --------------------------------------------------------------------------------------------------
 
@@ -124,18 +124,18 @@ class KerasTorchAdapter(KerasAdapter):
         refuse_variables(layout, "PyTorch")
         on_z = OnZ(target, layout, np.dtype(offsets.dtype))
         z = torch.cat([leaf.reshape(-1).to(on_z.dtype) for leaf in layout.perturbed])
-        displaced = torch.as_tensor(offsets)
+        displaced = _tensor(offsets)
         evaluations = torch.stack([on_z.evaluate(z + sign * displaced) for sign in signs])
         if upstream is not None:
-            evaluations = evaluations @ torch.as_tensor(upstream, dtype=on_z.dtype)
+            evaluations = evaluations @ _tensor(upstream, dtype=on_z.dtype)
         return evaluations.numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         refuse_variables(layout, "PyTorch")
         on_z = OnZ(target, layout, np.dtype(points.dtype))
-        given = torch.as_tensor(upstreams, dtype=on_z.dtype)
+        given = _tensor(upstreams, dtype=on_z.dtype)
         outputs, custom, plain = [], [], []
-        for values in torch.as_tensor(points):
+        for values in _tensor(points):
             point = values.clone().requires_grad_()
             with torch.enable_grad():
                 flat = on_z.custom(point)
@@ -163,7 +163,7 @@ class KerasTorchAdapter(KerasAdapter):
         z = torch.cat([leaf.reshape(-1).to(on_z.dtype) for leaf in layout.perturbed])
         point = z.clone().requires_grad_()
         with torch.enable_grad():
-            (gradient,) = grad([on_z.custom(point)], [point], [torch.as_tensor(upstream)], create_graph=True)
+            (gradient,) = grad([on_z.custom(point)], [point], [_tensor(upstream)], create_graph=True)
             return vjp_rows(gradient, point, torch.eye(gradient.numel(), dtype=on_z.dtype)).numpy()
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
@@ -173,6 +173,14 @@ class KerasTorchAdapter(KerasAdapter):
         """
         refuse_variables(layout, "PyTorch")
         return GraphRecorder(target, layout, upstreams, arguments).trace()
+
+
+def _tensor(array: np.ndarray, dtype: Any = None) -> torch.Tensor:
+    """`array` as a tensor, sharing its memory where it can: a read-only array (the check's example point is one) is
+    copied first, for PyTorch would share it writeable and warn ('The given NumPy array is not writable')."""
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.as_tensor(array, dtype=dtype)
 
 
 def _unless_undifferentiable(compute: Callable[[], list]) -> list | None:

@@ -47,7 +47,7 @@ class TorchWording(Wording):
             f"{them}, Keras only warning 'Gradients do not exist for variables ... when minimizing the loss'"
         )
 
-    def fixed_gradient(self, what: str) -> str:
+    def fixed_gradient(self, what: str, dtype: str | None = None) -> str:
         # Measured with torch 2.13 (tests/test_keras_torch.py): autograd's validate_outputs sums a gradient whose shape
         # the input broadcasts to back to the input's shape, and casts a floating gradient to the input's dtype.
         if what == "shape":
@@ -55,6 +55,14 @@ class TorchWording(Wording):
                 "PyTorch sums it back over the broadcast axes itself, so the op works here; keras.ops.custom_gradient "
                 "on JAX refuses it ('Custom VJP bwd rule must produce an output with the same type as the args tuple') "
                 "and on TensorFlow passes it on unreduced, so the op is not portable."
+            )
+        if dtype == "float64":
+            # Measured with jax 0.10.2: with jax_enable_x64 off, a cast to float64 gives float32 (JAX warns that the
+            # dtype "is not available, and will be truncated"); with it on, the gradient is float64.
+            return (
+                "PyTorch casts it to the input's dtype itself, so the op works here; on TensorFlow the gradient "
+                "stays float64, and on JAX too with jax_enable_x64 on (with it off, JAX's default, the cast to "
+                "float64 gives float32, with a warning), so the op is not portable."
             )
         return (
             "PyTorch casts it to the input's dtype itself, so the op works here; on TensorFlow and JAX the gradient "

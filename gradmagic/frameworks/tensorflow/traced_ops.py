@@ -22,7 +22,7 @@ _MEANINGS = {
     "PreventGradient": "stop_gradient",
     "PyFunc": "python_function",
     "PyFuncStateless": "python_function",
-    "EagerPyFunc": "python_function",
+    "EagerPyFunc": "eager_python_function",
     "Cast": "cast",
 }
 SCOPES = {"forward": "forward", "backward": "backward"}

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from gradmagic.frameworks.wording import KERAS_OPS, Wording
 
 # TensorFlow 1's tf.cond (tf.compat.v1.disable_v2_behavior()) on a vector, when the graph is built.
+# The gradient of tf.py_function asking for the tape its forward's run left, which an earlier gradient took.
+_PY_FUNCTION_TAPE = re.compile(r"KeyError: b'pyfunc_\d+'")
 _VECTOR_COND_V1 = re.compile(r"Shape must be rank 0 but is rank \d+ for '\{\{node [^}]*Switch\}\}")
 
 
@@ -34,6 +36,11 @@ class TensorFlowWording(Wording):
     def is_ambiguous_truth(self, error: BaseException) -> bool:
         return super().is_ambiguous_truth(error) or bool(_VECTOR_COND_V1.search(str(error)))
 
+    def autodiff_failure(self, error: BaseException) -> str | None:
+        if _PY_FUNCTION_TAPE.search(self.message(error)):
+            return f"it uses {self.eager_python_function} ({self.eager_python_function_gradient})"
+        return None
+
     def created_line(self, error: BaseException, filename: str) -> int | None:
         frames = getattr(getattr(error, "op", None), "traceback", None) or ()
         lines = [frame.lineno for frame in frames if frame.filename == filename]
@@ -53,13 +60,19 @@ TENSORFLOW = TensorFlowWording(
     where="tf.where",
     softplus="tf.math.softplus",
     stop_gradient="tf.stop_gradient",
+    einsum="tf.einsum",
     wrong_shape="TensorFlow accepts this silently and fails later, far away.",
     wrong_count="TensorFlow reports this only when the gradient is taken, and inside tf.function as an InternalError "
     "about 'too few gradients'.",
     ambiguous_truth=("truth value of an array", "symbolic `tf.Tensor` as a Python `bool`"),
     keyword_refusal=("keywords arguments only when eager",),
     keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments inside tf.function",
-    python_function="tf.numpy_function or tf.py_function",
+    python_function="tf.numpy_function",
+    # Measured with TensorFlow 2.21: the gradient of tf.py_function pops what the forward's run recorded, so a second
+    # gradient from the same run (a persistent tape, a Jacobian's rows) fails.
+    eager_python_function="tf.py_function",
+    eager_python_function_gradient="TensorFlow takes its gradient, autodiff of the Python function as it ran, at most "
+    "once per run of the forward: a second one, as every row of a Jacobian is, fails with `KeyError: b'pyfunc_N'`",
     variable_input="tf.custom_gradient reads a tf.Variable input into a tensor of its value before the forward runs",
 )
 
