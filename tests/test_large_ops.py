@@ -1,11 +1,13 @@
 """Big ops on the edit loop: an op slow to run eagerly is traced on its next check, not its first (the trace would cost
 20 to 50 times its eager run), and a gradient graph of thousands of ops is not drawn; both say why."""
 
+import functools
 import time
 
 import numpy as np
 import tensorflow as tf
 from conftest import problem
+from report_fixtures import chain
 
 import gradmagic
 
@@ -38,26 +40,8 @@ def test_a_wrong_gradient_of_a_slow_op_is_still_caught_on_its_first_check():
     assert "fd-mismatch" in report.codes() and "graph-unavailable" in report.codes()
 
 
-def chain(length):
-    def op(x):
-        def forward(value):
-            for _ in range(length):
-                value = tf.sin(value) * 1.0001 + 0.001
-            return value
-
-        def grad(upstream):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = forward(x)
-            return tape.gradient(y, x, output_gradients=upstream)
-
-        return forward(x), grad
-
-    return tf.custom_gradient(op)
-
-
 def test_a_gradient_graph_of_thousands_of_ops_is_not_drawn_and_says_why():
-    op, x = chain(400), tf.constant(np.array([0.1, 0.2, 0.3], np.float32))
+    op, x = functools.partial(chain, length=700), tf.constant(np.array([0.1, 0.2, 0.3], np.float32))
     report = gradmagic.check(op, x)
     if report.graph is None and "Not traced on this first check" in problem(report, "graph-unavailable").message:
         report = gradmagic.check(op, x)  # this machine ran it slowly: traced on the next check
