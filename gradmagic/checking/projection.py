@@ -298,10 +298,9 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
         unmeasured: list[tuple[int, int]] = []
         # Block probes where rounding hides a typical element's error (float32 at scale), sized for the small ones.
         small, typical, _ = _resolution(prober, seen, atol)
-        resolution = small
         if noise_floor <= unjudgeable and typical > SINGLE_ELEMENT_WARNING:
             blocks = _Blocks(prober, relative_truncation, epsilon, rtol, atol)
-            located, seen = blocks.run(resolution)
+            located, seen = blocks.run(small)
             unmeasured = blocks.unmeasured
             if located:
                 _report_mismatch(
