@@ -153,8 +153,8 @@ def run(
     Returns the reply's content plus `shown` (the text it printed, displayed
     or raised), `outputs` (the MIME bundles it displayed), `metadata` (each
     output's metadata), `opened` and `closed` (the comm ids it opened and
-    closed) and `states` (comm id -> the widget state it opened with and
-    every update since).
+    closed), `states` (comm id -> the widget state it opened with and
+    every update since) and `messages` (comm id -> the widget's own messages).
     """
     content = {
         "code": code,
@@ -184,7 +184,7 @@ def send_to_widget(client, comm_id: str, content: dict, timeout: float = 120) ->
 
 
 def _answer(client, message_id: str, timeout: float, shell_reply: bool) -> dict:
-    shown, outputs, metadata, opened, closed, states = [], [], [], [], [], {}
+    shown, outputs, metadata, opened, closed, states, messages = [], [], [], [], [], {}, {}
     while True:
         message = client.get_iopub_msg(timeout=timeout)
         if message["parent_header"].get("msg_id") != message_id:
@@ -204,6 +204,8 @@ def _answer(client, message_id: str, timeout: float, shell_reply: bool) -> dict:
             states.setdefault(content["comm_id"], []).append(content["data"].get("state", {}))
         elif kind == "comm_msg" and content["data"].get("method") == "update":
             states.setdefault(content["comm_id"], []).append(content["data"]["state"])
+        elif kind == "comm_msg" and content["data"].get("method") == "custom":
+            messages.setdefault(content["comm_id"], []).append(content["data"]["content"])
         elif kind == "comm_close":
             closed.append(content["comm_id"])
         elif kind == "status" and content["execution_state"] == "idle":
@@ -222,6 +224,7 @@ def _answer(client, message_id: str, timeout: float, shell_reply: bool) -> dict:
         "opened": opened,
         "closed": closed,
         "states": states,
+        "messages": messages,
     }
 
 

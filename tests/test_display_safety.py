@@ -99,7 +99,7 @@ def test_a_watch_report_shows_an_ops_name_literally(nasty_nb):
         "%%gradwatch watched\nx = tf.constant([1., 2.])\nwith tf.GradientTape() as tape:\n    tape.watch(x)\n"
         "    y = op(x)\ntape.gradient(y, x)"
     )
-    bundle = display.watch_bundle(nb.ns["watched"])
+    bundle, _ = display.watch_bundle(nb.ns["watched"])
     assert_shown_literally(bundle)
     assert "$x$ &lt;b&gt;bold" in bundle["text/html"]
 

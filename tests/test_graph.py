@@ -333,3 +333,42 @@ def test_no_edge_runs_through_another_node():
     assert data == layout.routes  # computed once, carried in the Report
     svg = graph_svg(graph)
     assert svg.count(" Q") >= len(layout.routes)  # each bend drawn rounded
+
+
+def test_a_saved_tensor_label_sits_on_its_own_edge_clear_of_every_other_edge_and_node():
+    """root_scale's saved sqrt crosses the backward lane between `truediv` and `mul`: its size label ("24 B") must
+    not sit on the truediv <- mul edge (where the middle of its longest segment falls), nor on any node."""
+    import re
+
+    from gradmagic.render.graph import BOX_HEIGHT, CHAR_WIDTH, _crosses, _label_box, _node_text, _place, edge_path
+
+    def root_scale(x):
+        y = tf.sqrt(x)
+        return y, lambda upstream: upstream * 1.5 / (2 * y)
+
+    graph = graph_of(root_scale, tf.constant([[0.5, 1.0, 2.0], [3.0, 1.5, 4.0]]))
+    drawn, layout = graph.folded(), graph.layout
+    halves = {n.id: max(len(t) for t in _node_text(n)) * CHAR_WIDTH / 2 + 8 for n in drawn.nodes}
+    bends = {(r.source, r.target): r.points for r in layout.routes}
+    polylines = {}
+    for edge in drawn.edges:
+        points = [_place(layout.positions[edge.source])]
+        points += [_place(p) for p in bends.get((edge.source, edge.target), ())]
+        points.append(_place(layout.positions[edge.target]))
+        polylines[(edge.source, edge.target)] = edge_path(points, halves[edge.source], halves[edge.target])[2]
+    pattern = r'<text x="([\d.]+)" y="([\d.]+)" font-size="10" fill="#d62728"[^>]*>([^<]+)</text>'
+    labels = re.findall(pattern, graph_svg(graph))
+    assert [text for _, _, text in labels] == ["24 B"]
+    x, y, text = float(labels[0][0]), float(labels[0][1]) - 3, labels[0][2]
+    box = _label_box(x, y, len(text) * 6.0)
+    saved = [(e.source, e.target) for e in drawn.edges if e.saved]
+    for key, polyline in polylines.items():
+        if key not in saved:
+            assert not any(_crosses(s, box) for s in zip(polyline, polyline[1:])), f"the label sits on {key}"
+    for node in drawn.nodes:
+        cx, cy = _place(layout.positions[node.id])
+        half = halves[node.id]
+        top, bottom = cy - BOX_HEIGHT / 2, cy + BOX_HEIGHT / 2
+        assert box[2] <= cx - half or box[0] >= cx + half or box[3] <= top or box[1] >= bottom, node.id
+    (own,) = [polylines[key] for key in saved]
+    assert any(_crosses(s, box) for s in zip(own, own[1:])), "the label is on its own edge"

@@ -3,6 +3,7 @@ here, and the built extension is installed where JupyterLab finds it."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,9 @@ import pytest
 import report_fixtures
 
 from gradmagic.render import (
+    comparison_cells,
+    digits_to_tell,
+    format_number,
     headline,
     key_figures,
     no_graph_reason,
@@ -24,7 +28,38 @@ from gradmagic.render import (
     sweep_summary,
 )
 from gradmagic.render.figures import heatmap_blocks, jumps
-from gradmagic.report import schema
+from gradmagic.render.graph import graph_summary, graph_svg
+from gradmagic.render.text import nonfinite_lines, watch_row, watch_summary, watch_time, watched_op_lines
+from gradmagic.report import schema, watch_schema
+
+
+def watch_fixture():
+    """A watch of an eager step through three ops: correct, wrong by a factor, NaN gradient at an all-zero row."""
+    import gradmagic
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def fine(x):
+        y = tf.tanh(x)
+        return y, lambda dy: dy * (1 - y * y)
+
+    @tf.custom_gradient
+    def doubled(x):
+        return x * x, lambda dy: dy * 3 * x
+
+    @tf.custom_gradient
+    def row_norm(x):
+        norm = tf.norm(x, axis=1, keepdims=True)
+        return norm, lambda dy: dy * x / norm
+
+    with gradmagic.watch() as watch:
+        for rows in ([[1.0, 2.0], [3.0, -1.0]], [[0.5, 1.0], [0.0, 0.0]]):
+            x = tf.constant(rows)
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.reduce_sum(row_norm(doubled(fine(x))))
+            tape.gradient(y, x)
+    return watch.report
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEXTENSION = ROOT / "labextension"
@@ -55,12 +90,21 @@ def fixture_folder(tmp_path_factory) -> Path:
             "no_sweep_reason": None if report.sweep else [no_sweep_reason(report), no_sweep_reason(report, live=True)],
             "no_graph_reason": None if report.graph else no_graph_reason(report),
             "sweep_summary": sweep_summary(report.sweep) if report.sweep else None,
+            "graph_summary": graph_summary(report.graph) if report.graph else None,
             "shown_elements": [[e.input, list(e.index)] for e in shown_elements(report.numerics)],
+            "worst_rows": [comparison_cells(e) for e in shown_elements(report.numerics)],
             "heatmaps": [[b.input, b.output] for b in heatmap_blocks(report.numerics)],
             "jumps": None,
             "drawn": None,
         }
         if report.graph is not None:
+            shown[name]["labels"] = [
+                [float(x), float(y), size]
+                for x, y, size in re.findall(
+                    r'<text x="([-\d.]+)" y="([-\d.]+)" font-size="10" fill="#d62728"[^>]*>([^<]+)</text>',
+                    graph_svg(report.graph),
+                )
+            ]
             drawn = report.graph.folded()
             shown[name]["drawn"] = {
                 "nodes": [[node.id, node.label, node.count] for node in drawn.nodes],
@@ -71,6 +115,32 @@ def fixture_folder(tmp_path_factory) -> Path:
             off_scale = jumps(np.array(sweep.points, float), as_array(sweep.values), as_array(sweep.numerical))
             shown[name]["jumps"] = np.flatnonzero(off_scale).tolist()
     (folder / "python-renderers.txt").write_text(json.dumps(shown))
+    # A watch (a correct op, a wrong one, one whose gradient goes NaN at a zero row) and what Python says of it.
+    watch = watch_fixture()
+    jsonschema.validate(watch.to_dict(), watch_schema())
+    (folder / "watch-report.txt").write_text(json.dumps(watch.to_dict(), allow_nan=False))
+    (folder / "python-watch.txt").write_text(
+        json.dumps(
+            {
+                "summary": watch_summary(watch),
+                "time": watch_time(watch),
+                "nonfinite_lines": nonfinite_lines(watch),
+                "rows": [list(watch_row(op)) for op in watch.watched],
+                "op_lines": [watched_op_lines(op) for op in watch.watched],
+            }
+        )
+    )
+    # Numbers as Python writes them at 4 to 10 significant digits, and the digits that tell pairs apart.
+    numbers = [0.249969, 0.25, 1 / 3, -2 / 3, 12345.678, 99999.5, 2.5e-7, -0.0012345, 123456.789, 0.00099996, 0.0]
+    (folder / "python-numbers.txt").write_text(
+        json.dumps(
+            {
+                "numbers": numbers,
+                "formatted": [[format_number(n, d) for d in range(4, 11)] for n in numbers],
+                "digits": [[digits_to_tell(a, b) for b in numbers] for a in numbers],
+            }
+        )
+    )
     return folder
 
 
@@ -109,5 +179,6 @@ def test_a_wheel_built_here_carries_the_extension_and_the_live_view(tmp_path):
     (wheel,) = tmp_path.glob("gradmagic-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "gradmagic/static/widget.js" in names and "gradmagic/static/widget.css" in names
+    assert "gradmagic/static/stub.js" in names  # what each widget model carries instead of the view
     assert any(name.endswith("share/jupyter/labextensions/gradmagic/package.json") for name in names)
     assert "gradmagic/schema/report.schema.json" in names

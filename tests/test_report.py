@@ -1,6 +1,7 @@
 """The Report contract: JSON Schema, round trip, non-finite numbers, and renderers that escape user text."""
 
 import dataclasses
+import re
 import json
 
 import jsonschema
@@ -94,3 +95,48 @@ def test_the_verdict_names_each_backend_and_never_passes_over_one_not_checked():
     assert headline(unchecked) == "passes on TensorFlow; not checked on JAX, PyTorch"
     assert render_text(unchecked).startswith("keras_log1pexp(x) passes on TensorFlow; not checked on JAX, PyTorch")
     assert "passes on TensorFlow; not checked on JAX, PyTorch" in render_html(unchecked)
+
+
+#: A count of one with its noun in the plural: "1 elements", "1 backward ops", "1 of its 1 calls".
+ONE_PLURAL = re.compile(
+    r"(?<![\d.,])1 (?:(?:forward|backward|random|saved|gradient|custom-gradient) )?"
+    r"(?:element|op|call|point|direction|error|warning|tensor|entrie)s\b"
+)
+
+
+def test_every_count_of_one_is_singular_in_text_and_html(reports):
+    from gradmagic.render import counted
+
+    assert [counted(1, "element"), counted(4096, "element"), counted(1, "entry", "entries")] == [
+        "1 element",
+        "4,096 elements",
+        "1 entry",
+    ]
+    for name, report in reports.items():
+        shown = render_text(report) + re.sub(r"<[^>]+>", " ", render_html(report))
+        assert not ONE_PLURAL.search(shown), (name, ONE_PLURAL.search(shown))
+    from gradmagic.render import key_figures
+    from gradmagic.render.graph import graph_summary
+
+    scalar = gradmagic.check(tf.custom_gradient(lambda x: (tf.sin(x), lambda dy: dy * 2.0)), tf.constant(1.0))
+    assert key_figures(scalar).startswith("full mode · 1 element in float64 ·")
+    assert "1 forward and 1 backward op;" in graph_summary(scalar.graph), graph_summary(scalar.graph)
+
+
+def test_a_wrong_element_never_reads_like_the_right_one_in_the_worst_elements_table():
+    from gradmagic.render import comparison_cells, shown_elements
+
+    @tf.custom_gradient
+    def soft_root(x):  # off by a relative 1e-4 to 5e-4: `0.25 | 0.25` at 4 significant digits
+        def grad(upstream):
+            return upstream * 0.5 / tf.sqrt(x + 1e-3)
+
+        return tf.sqrt(x), grad
+
+    report = gradmagic.check(soft_root, tf.constant([[0.5, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]))
+    rows = [comparison_cells(element) for element in shown_elements(report.numerics)]
+    assert rows and report.verdict == "fail"
+    for custom, numerical, _autodiff, _error in rows:
+        assert custom != numerical, rows
+    html = render_html(report)
+    assert all(f">{custom}<" in html and f">{numerical}<" in html for custom, numerical, _, _ in rows)

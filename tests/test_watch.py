@@ -142,6 +142,35 @@ def test_model_fit_records_what_each_op_received(fitted):
     assert report.timings["watched"] > report.timings["recording"] > 0 and report.timings["checks"] > 0
 
 
+def test_the_time_the_watch_added_is_reported_its_retrace_named():
+    """A model fitted once has its compiled train function; under the watch it is traced again (with the recording):
+    that retrace is most of the time the watch adds, and the report says so, not "watched N ms, of which recording
+    1 ms" as if the rest were the model's own time."""
+    from gradmagic.render.text import watch_timings
+
+    model = features_model()
+    x, y = training_data()
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    started = time.perf_counter()
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    unwatched = time.perf_counter() - started
+    started = time.perf_counter()
+    with gradmagic.watch(check=False) as watch:
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    block = time.perf_counter() - started
+    timings = watch.report.timings
+    assert timings["watched"] <= block  # the block, the watch's own part in it
+    added = timings["before_first_call"] + timings["recording"] + timings["setup"]
+    assert timings["before_first_call"] > timings["recording"] and added <= timings["watched"]
+    assert timings["watched"] - added < max(2 * unwatched, 0.05), (timings, unwatched)  # what is left: the epoch
+    text = watch_timings(watch.report)
+    assert f"up to {timings['before_first_call'] * 1e3:.0f} ms tracing compiled code again for the watch" in text
+    assert "setting up and putting back" in text and "recording" in text
+    with gradmagic.watch(check=False) as eager:  # no compiled code: no retrace to name
+        scaled_tanh(tf.constant([1.0]))
+    assert "before_first_call" not in eager.report.timings and "tracing" not in watch_timings(eager.report)
+
+
 def test_model_fit_runs_its_steps_and_gets_everything_back(fitted):
     assert len(fitted["history"].history["loss"]) == 1
     assert global_settings() == fitted["settings"]
@@ -358,8 +387,9 @@ def test_the_report_round_trips_validates_and_renders_safely(fitted):
     hostile = WatchReport.from_dict({**data, "notes": ["<script>alert('x')</script>"]})
     assert "&lt;script&gt;" in render_watch_html(hostile) and "<script>" not in render_watch_html(hostile)
 
-    bundle = watch_bundle(report)
+    bundle, metadata = watch_bundle(report)  # no kernel here: no widget
     assert set(bundle) == {WATCH_MIME_TYPE, "text/plain", "text/html"} and bundle[WATCH_MIME_TYPE] == data
+    assert not metadata
     assert "text/html" in report_bundle(report.ops[1])[0]  # each op's report shows as every Report does
 
 
@@ -500,3 +530,41 @@ print(json.dumps([op.calls, op.compiled_calls, op.gradient_calls, op.verdict, op
     )
     calls, compiled, gradients, verdict, mode, found = json.loads(output.strip().splitlines()[-1])
     assert (calls, compiled, gradients, verdict, mode) == (3, 3, 3, "fail", "graph") and "fd-mismatch" in found
+
+
+def test_on_keras_jax_backend_the_report_says_plainly_that_its_ops_are_not_watched():
+    """Keras on JAX: `keras.ops.custom_gradient` is jax.custom_vjp, which a watch cannot record; the report says so
+    and what to do instead, instead of only "called no custom-gradient op" under TensorFlow's name."""
+    shown = run_python(
+        """
+import os
+os.environ["KERAS_BACKEND"] = "jax"
+import numpy as np, keras, gradmagic
+from gradmagic.render.text import render_watch_text
+
+@keras.ops.custom_gradient
+def cube(x):
+    def grad(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        return upstream * 2 * x * x
+    return x * x * x, grad
+
+class Cube(keras.layers.Layer):
+    def call(self, x):
+        return cube(x)
+
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3), Cube(), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x, y = np.ones((8, 3), "float32"), np.ones((8, 1), "float32")
+with gradmagic.watch() as watch:
+    model.fit(x, y, epochs=1, verbose=0)
+print(render_watch_text(watch.report))
+""",
+        timeout=300,
+    )
+    assert "watch of 0 custom-gradient ops" in shown
+    note = " ".join(shown.split())
+    assert "Keras runs on JAX in this process (KERAS_BACKEND=jax)" in note
+    assert "keras.ops.custom_gradient ops on JAX (jax.custom_vjp) are not watched" in note
+    assert "gradmagic.check(op, x) at the inputs its layer receives" in note

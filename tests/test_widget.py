@@ -52,7 +52,13 @@ def test_in_jupyterlab_a_report_is_one_output_its_widget_named_in_the_metadata(k
     state = ran["states"][model_id][0]
     assert state["report"]["verdict"] == "pass" and state["report"] == data[MIME_TYPE]
     assert state["controls"]["available"] and state["controls"]["inputs"] == "x=tf.constant([1.0, 2.0, 3.0])"
-    assert "as default" in state["_esm"] and ".jp-gradmagic-report" in state["_css"]  # the view travels with it
+    # The model carries a stub, not the view: it finds the view once per page (the JupyterLab extension's), or asks
+    # the kernel for it once (VS Code), so that a saved notebook holds no copy of the view per report.
+    assert "as default" in state["_esm"] and len(state["_esm"]) < 2_000 and "_css" not in state
+    asked = send_to_widget(client, model_id, {"action": "view"})
+    (view,) = asked["messages"][model_id]
+    assert view["gradmagic"] == "view" and "as default" in view["esm"] and ".jp-gradmagic-report" in view["css"]
+    assert len(view["esm"]) > 20_000 and not asked["states"], "answered with a message, the model unchanged"
     assert "square(x) passes" in data["text/plain"]
     html = data["text/html"]
     assert "PASSES" in html and "<script" not in html.lower() and "data:image/svg+xml;base64," in html
@@ -101,14 +107,18 @@ def test_the_widget_rechecks_and_sweeps_when_its_view_asks(kernel):
     report = next(update["report"] for update in updates if "report" in update)
     assert report["verdict"] == "fail" and "fd-mismatch" in [p["code"] for p in report["problems"]]
     assert report["options"]["rtol"] == 1e-3 and report["sweep"] is None
-    fallback = next(update["fallback"] for update in updates if "fallback" in update)
-    assert "FAILS" in fallback["text/html"] and "square(x) fails" in fallback["text/plain"]
+    assert not any("fallback" in update for update in updates), "the static HTML is not kept in the widget's state"
+    (saved,) = answered["messages"][model_id]  # the output's new data, for the JupyterLab extension to save
+    assert saved["gradmagic"] == "saved" and saved["data"][MIME_TYPE] == report
+    assert "FAILS" in saved["data"]["text/html"] and "square(x) fails" in saved["data"]["text/plain"]
     statuses = [update["status"] for update in updates if "status" in update]
     assert statuses[0]["running"] and statuses[-1]["message"].startswith("Re-checked in")
     controls = [update["controls"] for update in updates if "controls" in update][-1]
     assert controls["inputs"] == "x=tf.constant([-1.0, 2.0])" and controls["rtol"] == "0.001"
 
     swept = send_to_widget(client, model_id, {"action": "sweep", "from": "-4", "to": "4", "element": None})
+    status = [u["status"] for u in swept["states"][model_id] if "status" in u][-1]
+    assert status["message"].startswith("Swept in"), status
     report = next(u["report"] for u in swept["states"][model_id] if "report" in u)
     assert report["sweep"]["points"][0] == -4 and report["sweep"]["points"][-1] == 4
     element = {"input": report["sweep"]["input"], "index": [1]}
@@ -254,3 +264,44 @@ def test_a_freed_reports_context_is_dropped_and_an_id_reused_by_a_new_report_cou
     assert all(reference() is not None for reference, _ in contexts._contexts.values())
     assert contexts.context_of(newest) is not None and list(contexts._contexts)[-1] == id(newest)
     assert contexts.context_of(kept[0]) is None and all(contexts.context_of(r) is not None for r in kept[1:])
+
+
+def test_a_sweep_that_draws_nothing_says_why_instead_of_swept(kernel):
+    _, client = kernel
+    run(client, "%load_ext gradmagic\nimport tensorflow as tf")
+    mixing = """%%custom_gradient --check x=tf.constant([1.0, 2.0, 3.0])
+def mix(x):
+    def grad(upstream):
+        return tf.ones_like(x) * tf.reduce_sum(upstream)
+    return x + tf.reduce_sum(x), grad
+"""
+    ran = run(client, mixing, cell_id="cell-1")
+    model_id = report_output(ran)[1][MIME_TYPE]["model_id"]
+    swept = send_to_widget(client, model_id, {"action": "sweep", "from": "", "to": "", "element": None})
+    report = next(u["report"] for u in swept["states"][model_id] if "report" in u)
+    assert report["sweep"] is None
+    status = [u["status"] for u in swept["states"][model_id] if "status" in u][-1]
+    assert status["message"].startswith("Nothing swept"), status
+    assert "not diagonal: d output[0] / d x[1]" in status["message"] and "Swept in" not in status["message"]
+
+
+def test_a_watch_report_is_one_live_widget_drawn_by_the_same_view(kernel):
+    from gradmagic.report import WATCH_MIME_TYPE
+
+    _, client = kernel
+    run(client, "%load_ext gradmagic\nimport tensorflow as tf")
+    run(client, "op = tf.custom_gradient(lambda x: (x * x, lambda dy: dy * 3 * x))")
+    cell = "%%gradwatch\nx = tf.constant([1.0, 2.0])\nwith tf.GradientTape() as tape:\n"
+    cell += "    tape.watch(x)\n    y = op(x)\n"
+    ran = run(client, cell + "tape.gradient(y, x)", cell_id="cell-1")
+    ((data, metadata),) = [(d, m) for d, m in zip(ran["outputs"], ran["metadata"]) if WATCH_MIME_TYPE in d]
+    assert set(data) == {WATCH_MIME_TYPE, "text/html", "text/plain"}, "the static HTML for exports and GitHub"
+    model_id = metadata[WATCH_MIME_TYPE]["model_id"]
+    widgets = [comm for comm in ran["opened"] if ran["states"][comm][0].get("_model_name") == "AnyModel"]
+    assert widgets == [model_id], "one widget model per watch"
+    state = ran["states"][model_id][0]
+    assert state["view"] == "watch" and state["report"] == data[WATCH_MIME_TYPE] and len(state["_esm"]) < 2_000
+    assert not state["controls"]["available"] and "%gradcheck" in state["controls"]["reason"]
+    vs_code = run(client, cell + "tape.gradient(y, x)", cell_id="cell-1", front_end="notebook")
+    ((data, _),) = [(d, m) for d, m in zip(vs_code["outputs"], vs_code["metadata"]) if WATCH_MIME_TYPE in d]
+    assert data[WIDGET_VIEW]["model_id"] in vs_code["opened"]

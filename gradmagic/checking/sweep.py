@@ -6,7 +6,9 @@ derivative through the custom gradient and through the forward's own ops
 (in the op's dtype, as the user runs it), and central differences (in the
 dtype the finite differences ran in). It is drawn when the input is a scalar,
 or when the op is element-wise in it (output[i] depends on input[i] alone,
-read off the numerical Jacobian), so the curve is the op's scalar function.
+read off the numerical Jacobian, its non-finite entries aside: a NaN where the forward leaves its domain at one
+element says nothing of the others), so the curve is the op's scalar function. Where no pair suits, the report
+says why (`sweep-unavailable`, an info the views show in place of the figure).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import numpy as np
 from gradmagic.checking.differences import Axis, relative_step, rounded_to, step_sizes
 from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Layout
-from gradmagic.report import JacobianBlock, Problem, Sweep
+from gradmagic.report import JacobianBlock, Problem, Sweep, element_label
 
 #: Points along the sweep.
 POINTS = 201
 #: Off-diagonal numerical derivatives below this fraction of the largest mark an element-wise block.
 ELEMENTWISE_FRACTION = 1e-12
+#: An element-wise block is read off its finite off-diagonal entries; at least this fraction of them must be finite.
+KNOWN_FRACTION = 0.5
 
 
 def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
@@ -33,6 +37,7 @@ def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
     columns, rows, options, problems = run.columns, run.rows, run.options, run.findings.problems
     choice = _choose(run.numerics.jacobians, problems, columns, options.sweep_element)
     if choice is None:
+        run.findings.add("sweep-unavailable", "info", unsweepable(run.numerics.jacobians, columns, rows))
         return None
     block, element, output_element, elementwise = choice
     column = int(columns.offsets[columns.names.index(block.input)]) + element
@@ -142,11 +147,51 @@ def _elements(block, elementwise, numerical, problem, columns: Axis):
 
 
 def _diagonal(numerical: np.ndarray) -> bool:
-    """Whether a square numerical Jacobian is diagonal: an element-wise op."""
-    if numerical.shape[0] < 2 or not np.isfinite(numerical).all():
+    """Whether a square numerical Jacobian is diagonal (an element-wise op), read off its finite entries: a NaN
+    where the forward leaves its domain at one element (a square root at 0) says nothing of the others. Most
+    off-diagonal entries must be finite to tell."""
+    if numerical.shape[0] < 2:
         return False
     off_diagonal = numerical[~np.eye(numerical.shape[0], dtype=bool)]
-    return bool(np.all(np.abs(off_diagonal) <= ELEMENTWISE_FRACTION * np.abs(numerical).max()))
+    known = off_diagonal[np.isfinite(off_diagonal)]
+    finite = np.abs(numerical[np.isfinite(numerical)])
+    if known.size < KNOWN_FRACTION * off_diagonal.size or not finite.size:
+        return False
+    return bool(np.all(np.abs(known) <= ELEMENTWISE_FRACTION * finite.max()))
+
+
+def unsweepable(blocks: tuple[JacobianBlock, ...], columns: Axis, rows_axis: Axis) -> str:
+    """Why no (input, output) pair can be swept, in a sentence the views show in place of the figure."""
+    if not blocks:
+        return (
+            "No sweep: it is read off the Jacobians (a scalar input, or an op element-wise in an input), which are "
+            "kept up to 4,096 entries; this op's are larger. Check it at a smaller input to sweep it."
+        )
+    reasons = []
+    for block in blocks:
+        rows, cols = block.shape
+        numerical = np.array(block.numerical, dtype=float).reshape(rows, cols)
+        pair = f"d {block.output} / d {block.input}"
+        if rows != cols:
+            reasons.append(f"{pair} is {rows} × {cols}, not square")
+            continue
+        off_diagonal = ~np.eye(rows, dtype=bool)
+        known = np.isfinite(numerical) & off_diagonal
+        if known.sum() < KNOWN_FRACTION * off_diagonal.sum():
+            reasons.append(
+                f"{pair} has finite differences at only {int(known.sum())} of its {int(off_diagonal.sum())} "
+                "off-diagonal entries, too few to tell whether the op is element-wise"
+            )
+            continue
+        where = np.where(known, np.abs(numerical), -np.inf)
+        i, j = np.unravel_index(int(np.argmax(where)), where.shape)
+        output = element_label(*rows_axis.label(int(rows_axis.offsets[rows_axis.names.index(block.output)]) + i))
+        input_ = element_label(*columns.label(int(columns.offsets[columns.names.index(block.input)]) + j))
+        reasons.append(f"{pair} is not diagonal: d {output} / d {input_} = {numerical[i, j]:.4g}")
+    return (
+        "No sweep: it needs a scalar input or an op element-wise in an input (output[i] depending on input[i] alone), "
+        f"and {'; '.join(reasons)}."
+    )
 
 
 def _points(values: np.ndarray, given: tuple[float, float] | None, count: int) -> np.ndarray:

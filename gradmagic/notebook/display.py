@@ -6,7 +6,8 @@ front-end:
 * always the report's data (`application/vnd.gradmagic.report+json`), a sanitiser-safe `text/html` with its figures
   as inline SVG, and `text/plain`: what a saved notebook, an HTML export, GitHub or a terminal shows, drawn in
   milliseconds, no plotting library;
-* in a kernel talking to a notebook front-end (its requests name the cell), the report's live widget (one model):
+* in a kernel talking to a notebook front-end (its requests name the cell), the report's live widget (one model; a
+  watch's report has one too, drawn by the same view):
   JupyterLab and Notebook 7 (whose requests carry their `deletedCells` too) get its model id in the output's
   metadata, where gradmagic's JupyterLab extension finds it, and no widget view in the data, so that an HTML export
   of the saved notebook shows the static report, never an empty widget; other front-ends (VS Code) get the widget
@@ -127,18 +128,43 @@ def front_end_of(running_kernel: Any) -> str | None:
     return "jupyterlab" if any(key in metadata for key in _JUPYTERLAB_KEYS) else "notebook"
 
 
-def watch_bundle(report: WatchReport) -> dict[str, Any]:
+def watch_bundle(report: WatchReport) -> tuple[dict[str, Any], dict[str, Any]]:
     """A watch's report: its data, a table of its ops with each op's report folded under its row (sanitiser-safe
-    HTML, the same view as every Report's), and text. Each op's Report (`report.ops[i]`) displays as any Report."""
+    HTML, the same view as every Report's), and text; in a notebook front-end, its live widget (one model), drawn by
+    the same view as every report (the JupyterLab extension draws the saved data alike). Each op's Report
+    (`report.ops[i]`) displays as any Report."""
 
-    def views(text: str) -> dict[str, Any]:
-        return {
+    def views(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        data: dict[str, Any] = {
             WATCH_MIME_TYPE: _view("data", report.to_dict),
             "text/plain": text,
             "text/html": _view("HTML view", render_watch_html, report),
         }
+        metadata: dict[str, Any] = {}
+        running_kernel = kernel()
+        front_end = front_end_of(running_kernel)
+        if front_end is not None:
+            shown = _view("live widget", _adopted_watch_widget, report, running_kernel)
+            if front_end == "jupyterlab":
+                metadata[WATCH_MIME_TYPE] = {"model_id": shown.model_id}
+            else:
+                data[_VIEW] = {"version_major": 2, "version_minor": 1, "model_id": shown.model_id}
+        return data, metadata
 
-    return _views_or_text(report, render_watch_text, views)
+    return _views_or_text(report, render_watch_text, views, with_metadata=True)
+
+
+def _adopted_watch_widget(report: WatchReport, running_kernel: Any):
+    """The watch's live widget, closed with its cell (closed at once if that fails)."""
+    from gradmagic.render.widget import WatchWidget
+
+    shown = WatchWidget(report)
+    try:
+        CELLS.adopt(shown, running_kernel)
+    except BaseException:
+        shown.close()
+        raise
+    return shown
 
 
 def graph_bundle(graph: Graph) -> dict[str, Any]:

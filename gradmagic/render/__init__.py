@@ -36,6 +36,12 @@ COLOURS = {
 }
 
 
+def counted(count: int, word: str, plural: str | None = None) -> str:
+    """`1 element`, `3 elements`, `4,096 elements`: a count and its noun, singular for exactly one (the views' words
+    for counts; `counted` in `labextension/src/schema.ts` says the same)."""
+    return f"{count:,} {word if count == 1 else plural or word + 's'}"
+
+
 #: The order backends' verdicts are named in a headline: what fails first.
 HEADLINE_ORDER = ("fail", "warn", "surrogate", "pass", "unchecked", "unavailable")
 
@@ -53,9 +59,9 @@ def headline(report: Report) -> str:
     return "; ".join(f"{words} on {', '.join(names)}" for words, names in merged.items())
 
 
-def format_number(value) -> str:
-    """A number for display, as the JupyterLab view writes it: 4 significant digits, or 2 decimals and an exponent
-    out of [1e-3, 1e5); `nan`, `inf`, `-inf`; `—` for none."""
+def format_number(value, digits: int = 4) -> str:
+    """A number for display, as the JupyterLab view writes it: `digits` significant digits (4 by default), or
+    `digits - 2` decimals and an exponent out of [1e-3, 1e5); `nan`, `inf`, `-inf`; `—` for none."""
     if value is None:
         return "—"
     value = float(value)
@@ -64,15 +70,42 @@ def format_number(value) -> str:
     sign = "-" if value < 0 else ""
     exact = Decimal(abs(value))  # JavaScript rounds the exact value half up (Python's format rounds half even)
     if value == 0 or 1e-3 <= abs(value) < 1e5:
-        digits = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 3), rounding=ROUND_HALF_UP)
-        rounded = float(digits)
+        rounded_digits = exact.quantize(Decimal(1).scaleb(exact.adjusted() - (digits - 1)), rounding=ROUND_HALF_UP)
+        rounded = float(rounded_digits)
         text = str(int(rounded)) if rounded == int(rounded) else repr(rounded)
         return sign + text if rounded else "0"
-    mantissa = exact.scaleb(-exact.adjusted()).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    quantum = Decimal(1).scaleb(-(digits - 2))
+    mantissa = exact.scaleb(-exact.adjusted()).quantize(quantum, rounding=ROUND_HALF_UP)
     exponent = exact.adjusted() + (1 if mantissa >= 10 else 0)
     if mantissa >= 10:
-        mantissa = (mantissa / 10).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        mantissa = (mantissa / 10).quantize(quantum, rounding=ROUND_HALF_UP)
     return f"{sign}{mantissa}e{exponent:+d}"
+
+
+#: The most significant digits a table shows to tell two values apart.
+MOST_DIGITS = 10
+
+
+def digits_to_tell(first, second) -> int:
+    """The significant digits (4 at least, MOST_DIGITS at most) at which `first` and `second` read differently, so
+    that a wrong element's custom gradient and finite differences never print alike (`0.25 | 0.25`); 4 when they
+    are equal or one is not a finite number. `digitsToTell` in `labextension/src/schema.ts` says the same."""
+    if first is None or second is None or not (math.isfinite(first) and math.isfinite(second)) or first == second:
+        return 4
+    for digits in range(4, MOST_DIGITS + 1):
+        if format_number(first, digits) != format_number(second, digits):
+            return digits
+    return MOST_DIGITS
+
+
+def comparison_cells(element) -> list[str]:
+    """A worst element's custom gradient, finite differences and autodiff, and its error of the tolerance: the cells
+    of the table every view shows. An element beyond the tolerance shows the digits that tell the first two apart;
+    one within it, 4 (the digits beyond are noise)."""
+    beyond = element.error is not None and not element.error <= 1
+    digits = digits_to_tell(element.custom, element.numerical) if beyond else 4
+    values = (element.custom, element.numerical, element.autodiff)
+    return [format_number(value, digits) for value in values] + [format_number(element.error)]
 
 
 def key_figures(report: Report) -> str:
@@ -82,11 +115,11 @@ def key_figures(report: Report) -> str:
     if numerics.mode == "skipped":
         parts = [f"numbers not compared: {numerics.skipped_because or 'no reason given'}"]
     else:
-        parts = [f"{numerics.mode} mode", f"{numerics.elements:,} elements in {numerics.dtype}"]
+        parts = [f"{numerics.mode} mode", f"{counted(numerics.elements, 'element')} in {numerics.dtype}"]
         if numerics.max_error is not None:
             parts.append(f"worst error {format_number(numerics.max_error)} of tolerance")
         if numerics.mode == "projection":
-            parts.append(f"{numerics.probes} random directions")
+            parts.append(counted(numerics.probes, "random direction"))
     parts.append(f"{report.timings.get('total', 0) * 1e3:.0f} ms")
     return " · ".join(parts)
 
@@ -96,12 +129,13 @@ def numerics_summary(report: Report) -> str:
     numerics = report.numerics
     if numerics.mode == "skipped":
         return f"Finite differences were not compared: {numerics.skipped_because or 'no reason given'}."
-    detail = f"{numerics.elements:,} elements in {numerics.dtype}"
+    detail = f"{counted(numerics.elements, 'element')} in {numerics.dtype}"
     if numerics.max_error is not None:
         detail += f", worst error {format_number(numerics.max_error)} of the tolerance"
     if numerics.mode == "projection":
         detail += (
-            f", {numerics.probes} random directions, measured noise floor {format_number(numerics.noise_floor)}"
+            f", {counted(numerics.probes, 'random direction')}, measured noise floor "
+            f"{format_number(numerics.noise_floor)}"
         )
     elif numerics.rtol is not None:
         detail += (
@@ -126,6 +160,9 @@ def no_sweep_reason(report: Report, live: bool = False) -> str:
             if live
             else "No sweep: it is computed when asked (the live report's Sweep, or sweep=True)."
         )
+    for problem in report.problems:  # the checker says why it could not draw one
+        if problem.code == "sweep-unavailable":
+            return problem.message
     return (
         "No sweep: it needs a scalar input or an op element-wise in an input (output[i] depending on input[i] "
         "alone)."
@@ -152,7 +189,8 @@ def sweep_summary(sweep) -> str:
     return (
         f"{element_label(sweep.output, tuple(sweep.output_index) or None)} and its derivative along "
         f"{element_label(sweep.input, tuple(sweep.index) or None)} ({kind}) from {format_number(sweep.points[0])} "
-        f"to {format_number(sweep.points[-1])}, {len(sweep.points)} points; the other inputs at the example point."
+        f"to {format_number(sweep.points[-1])}, {counted(len(sweep.points), 'point')}; the other inputs at the example "
+        "point."
     )
 
 

@@ -23,7 +23,7 @@ GRID = "#e6eaef"
 
 # -- heatmaps (heatmapview.ts) -----------------------------------------------------------------------------------
 
-CELL_MAX, CELL_MIN, MATRIX, GAP, TOP, LABEL, SLOT = 28, 6, 220, 26, 30, 26, 116
+CELL_MAX, CELL_MIN, MATRIX, TOP, LABEL, SLOT = 28, 6, 220, 30, 26, 116
 HEATMAP_MIN_SIDE = 4
 HEATMAP_BLOCKS = 6
 NEGATIVE, POSITIVE, ERROR_HIGH = (140, 81, 10), (1, 102, 94), (207, 34, 46)
@@ -88,50 +88,56 @@ _PATTERNS = (
 )
 
 
-def heatmap_svg(block: JacobianBlock) -> str:
-    """One block's heatmaps: custom, finite differences, autodiff (where finite somewhere), error ÷ tolerance."""
-    rows, columns = block.shape
-    cell = max(CELL_MIN, min(CELL_MAX, MATRIX // max(rows, columns, 1)))
-    width, height = columns * cell, rows * cell
+def heatmap_matrices(block: JacobianBlock) -> list[tuple[str, list, str]]:
+    """The matrices drawn for a block, as (label, values, kind): custom, finite differences, autodiff (where finite
+    somewhere), error ÷ tolerance."""
     matrices = [("custom gradient", block.custom, "value"), ("finite differences", block.numerical, "value")]
     if np.isfinite(_finite(block.autodiff)).any():
         matrices.append(("autodiff", block.autodiff, "value"))
     if block.error is not None:
         matrices.append(("error ÷ tolerance", block.error, "error"))
+    return matrices
+
+
+def heatmap_panel_svg(block: JacobianBlock, label: str, values, kind: str) -> str:
+    """One matrix of a block as an SVG of its own (its title, `in →` over it, `out` at its left), at its own size in
+    pixels: a block's panels wrap onto rows where the page is narrow, labels never scaled down."""
+    rows, columns = block.shape
+    cell = max(CELL_MIN, min(CELL_MAX, MATRIX // max(rows, columns, 1)))
+    width, height = columns * cell, rows * cell
     scale = block_scale(block)
     slot = max(width, SLOT)
-    total = len(matrices) * (slot + GAP) - GAP + LABEL + 4
+    total = LABEL + slot + 4
     full_height = TOP + height + 18
+    left = LABEL + (slot - width) / 2
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total}" height="{full_height}" '
         f'viewBox="0 0 {total} {full_height}" style="{FONT}">',
-        f"<title>{escape(f'd {block.output} / d {block.input}')}</title>",
+        f"<title>{escape(f'{label}: d {block.output} / d {block.input}')}</title>",
         _PATTERNS,
-        f'<text x="0" y="{TOP + height / 2}" font-size="10" fill="{MUTED}">out</text>',
+        f'<text x="{left - 4}" y="{TOP + height / 2}" font-size="10" fill="{MUTED}" text-anchor="end">out</text>',
+        f'<text x="{left + width / 2}" y="12" font-size="11" fill="{TEXT}" text-anchor="middle">{escape(label)}</text>'
+        f'<text x="{left + width / 2}" y="25" font-size="10" fill="{MUTED}" text-anchor="middle">in →</text>',
     ]
-    for k, (label, values, kind) in enumerate(matrices):
-        left = LABEL + k * (slot + GAP) + (slot - width) / 2
-        parts.append(
-            f'<text x="{left + width / 2}" y="12" font-size="11" fill="{TEXT}" text-anchor="middle">'
-            f"{escape(label)}</text>"
-            f'<text x="{left + width / 2}" y="25" font-size="10" fill="{MUTED}" text-anchor="middle">in →</text>'
-        )
-        array = _finite(values)
-        for i in range(rows):
-            for j in range(columns):
-                value = array[i * columns + j]
-                fill = value_colour(value, scale) if kind == "value" else error_colour(value)
-                if fill is None:
-                    fill = "url(#unjudged)" if kind == "error" and math.isfinite(value) else "url(#nonfinite)"
-                parts.append(
-                    f'<rect x="{left + j * cell}" y="{TOP + i * cell}" width="{cell}" height="{cell}" fill="{fill}">'
-                    f"<title>{escape(_cell_details(block, i, j))}</title></rect>"
-                )
-        parts.append(
-            f'<rect x="{left}" y="{TOP}" width="{width}" height="{height}" fill="none" stroke="{BORDER}"/>'
-        )
+    array = _finite(values)
+    for i in range(rows):
+        for j in range(columns):
+            value = array[i * columns + j]
+            fill = value_colour(value, scale) if kind == "value" else error_colour(value)
+            if fill is None:
+                fill = "url(#unjudged)" if kind == "error" and math.isfinite(value) else "url(#nonfinite)"
+            parts.append(
+                f'<rect x="{left + j * cell}" y="{TOP + i * cell}" width="{cell}" height="{cell}" fill="{fill}">'
+                f"<title>{escape(_cell_details(block, i, j))}</title></rect>"
+            )
+    parts.append(f'<rect x="{left}" y="{TOP}" width="{width}" height="{height}" fill="none" stroke="{BORDER}"/>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def heatmap_svgs(block: JacobianBlock) -> list[tuple[str, str]]:
+    """A block's heatmaps, one SVG per matrix: (label, svg)."""
+    return [(label, heatmap_panel_svg(block, label, values, kind)) for label, values, kind in heatmap_matrices(block)]
 
 
 def _cell_details(block: JacobianBlock, row: int, column: int) -> str:

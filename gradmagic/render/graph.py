@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from html import escape
 
+from gradmagic.render import counted
 from gradmagic.render.figures import FONT, MUTED, text
 from gradmagic.report import Graph
 
@@ -79,7 +80,7 @@ def _box_exit(ux: float, uy: float, half_width: float) -> float:
 
 def edge_path(points: list[tuple[float, float]], source_half: float, target_half: float):
     """An edge through `points` (source centre, bends, target centre): an SVG path from box to box, rounded at the
-    bends, and the middle of its longest segment (for a label). As `edgePath` in graphview.ts."""
+    bends, the middle of its longest segment, and its polyline from box to box. As `edgePath` in graphview.ts."""
 
     def unit(a, b):
         length = math.hypot(b[0] - a[0], b[1] - a[1]) or 1.0
@@ -103,7 +104,78 @@ def edge_path(points: list[tuple[float, float]], source_half: float, target_half
     d += f" L{ends[-1][0]:.1f},{ends[-1][1]:.1f}"
     segments = list(zip(ends, ends[1:]))
     a, b = max(segments, key=lambda s: math.hypot(s[1][0] - s[0][0], s[1][1] - s[0][1]))
-    return d, ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2)
+    return d, ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2), ends
+
+
+#: A saved edge's size label: pixels per character, its height, the space kept round it, and where along a segment
+#: it may sit (its middle first).
+LABEL_CHAR, LABEL_HEIGHT, LABEL_CLEARANCE = 6.0, 12.0, 2.0
+LABEL_FRACTIONS = (0.5, 0.35, 0.65, 0.2, 0.8)
+
+
+def _label_box(x: float, y: float, width: float) -> tuple[float, float, float, float]:
+    """The box (left, top, right, bottom) of a label whose text is centred at x with its baseline at y + 3."""
+    return (
+        x - width / 2 - LABEL_CLEARANCE,
+        y - LABEL_HEIGHT / 2 - LABEL_CLEARANCE,
+        x + width / 2 + LABEL_CLEARANCE,
+        y + LABEL_HEIGHT / 2 + LABEL_CLEARANCE,
+    )
+
+
+def _crosses(segment, box) -> bool:
+    """Whether a segment ((x0, y0), (x1, y1)) meets a box (left, top, right, bottom) (Liang-Barsky clipping)."""
+    (x0, y0), (x1, y1) = segment
+    dx, dy = x1 - x0, y1 - y0
+    low, high = 0.0, 1.0
+    for p, q in ((-dx, x0 - box[0]), (dx, box[2] - x0), (-dy, y0 - box[1]), (dy, box[3] - y0)):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low > high:
+            return False
+    return True
+
+
+def _overlaps(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def label_place(ends, text_length: int, others, boxes) -> tuple[float, float]:
+    """Where a saved edge's size label goes (its centre): on the edge (`ends`, its polyline), away from every other
+    edge (`others`, polylines) and node box (`boxes`, (left, top, right, bottom)), so that it never reads as
+    another edge's: along its longest segments first, their middle first, then beside them; the middle of the
+    longest segment when no place is free. As `labelPlace` in graphview.ts."""
+    width = text_length * LABEL_CHAR
+    obstacles = [segment for polyline in others for segment in zip(polyline, polyline[1:])]
+    segments = sorted(
+        zip(ends, ends[1:]), key=lambda s: -math.hypot(s[1][0] - s[0][0], s[1][1] - s[0][1])
+    )
+
+    def free(x: float, y: float) -> bool:
+        box = _label_box(x, y, width)
+        return not any(_overlaps(box, node) for node in boxes) and not any(_crosses(o, box) for o in obstacles)
+
+    candidates = []
+    for (x0, y0), (x1, y1) in segments:
+        candidates += [(x0 + (x1 - x0) * t, y0 + (y1 - y0) * t) for t in LABEL_FRACTIONS]
+    for (x0, y0), (x1, y1) in segments:  # beside the segment's middle: right or left of an upright one, over or under
+        x, y = (x0 + x1) / 2, (y0 + y1) / 2
+        if abs(y1 - y0) >= abs(x1 - x0):
+            candidates += [(x + width / 2 + 6, y), (x - width / 2 - 6, y)]
+        else:
+            candidates += [(x, y - LABEL_HEIGHT / 2 - 4), (x, y + LABEL_HEIGHT / 2 + 4)]
+    for x, y in candidates:
+        if free(x, y):
+            return x, y
+    (x0, y0), (x1, y1) = segments[0]
+    return (x0 + x1) / 2, (y0 + y1) / 2
 
 
 def graph_svg(graph: Graph) -> str:
@@ -134,23 +206,33 @@ def graph_svg(graph: Graph) -> str:
         f'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{SAVED}"/></marker></defs>',
     ]
     saved_layer = []
+    paths = []
     for edge in drawn.edges:
         if edge.source not in halves or edge.target not in halves:
             continue
         points = [_place(positions[edge.source])]
         points += [_place(point) for point in routes.get((edge.source, edge.target), ())]
         points.append(_place(positions[edge.target]))
-        d, middle = edge_path(points, halves[edge.source], halves[edge.target])
+        paths.append((edge, *edge_path(points, halves[edge.source], halves[edge.target])))
+    boxes = [
+        (x - halves[n.id], y - BOX_HEIGHT / 2, x + halves[n.id], y + BOX_HEIGHT / 2)
+        for n in nodes
+        for x, y in [_place(positions[n.id])]
+    ]
+    for k, (edge, d, _middle, ends) in enumerate(paths):
         if edge.saved:
             saved_layer.append(
                 f'<path d="{d}" fill="none" stroke="{SAVED}" stroke-width="1.8" stroke-dasharray="6 4" '
                 'marker-end="url(#arrow-saved)"/>'
             )
             if edge.bytes is not None:
+                size = format_bytes(edge.bytes)
+                others = [other[3] for j, other in enumerate(paths) if j != k]
+                x, y = label_place(ends, len(size), others, boxes)
                 saved_layer.append(
-                    f'<text x="{middle[0]:.1f}" y="{middle[1]:.1f}" font-size="10" fill="{SAVED}" '
+                    f'<text x="{x:.1f}" y="{y + 3:.1f}" font-size="10" fill="{SAVED}" '
                     f'text-anchor="middle" paint-order="stroke" stroke="#ffffff" stroke-width="3">'
-                    f"{escape(format_bytes(edge.bytes))}</text>"
+                    f"{escape(size)}</text>"
                 )
         else:
             parts.append(f'<path d="{d}" fill="none" stroke="#8c8c8c" stroke-width="1.2" marker-end="url(#arrow)"/>')
@@ -178,16 +260,17 @@ def graph_svg(graph: Graph) -> str:
 
 
 def graph_summary(graph: Graph) -> str:
-    """`gradient graph: 7 forward and 4 backward ops; the backward keeps 12 B alive (1 saved tensor)`."""
+    """`gradient graph: 7 forward and 4 backward ops; the backward keeps 12 B alive (1 saved tensor)`; the noun
+    agrees with the last count: `1 forward and 1 backward op`."""
     forward = sum(node.count for node in graph.nodes if node.role == "forward")
     backward = sum(node.count for node in graph.nodes if node.role == "backward")
     kept = (
         f"the backward keeps {format_bytes(graph.saved_bytes)} alive "
-        f"({graph.saved_tensors} saved tensor{'s' * (graph.saved_tensors != 1)})"
+        f"({counted(graph.saved_tensors, 'saved tensor')})"
         if graph.saved_tensors
         else "the backward keeps nothing from the forward"
     )
-    return f"gradient graph: {forward} forward and {backward} backward ops; {kept}"
+    return f"gradient graph: {forward:,} forward and {counted(backward, 'backward op')}; {kept}"
 
 
 def format_bytes(size: int) -> str:

@@ -17,7 +17,7 @@ from gradmagic.render import (
     BACKEND_NAMES,
     COLOURS,
     VERDICT_WORDS,
-    format_number,
+    comparison_cells,
     framework_label,
     headline,
     key_figures,
@@ -29,7 +29,7 @@ from gradmagic.render import (
     sweep_summary,
     where,
 )
-from gradmagic.render.figures import block_scale, data_uri, heatmap_blocks, heatmap_legend, heatmap_svg, swatch_svg
+from gradmagic.render.figures import block_scale, data_uri, heatmap_blocks, heatmap_legend, heatmap_svgs, swatch_svg
 from gradmagic.render.figures import sweep_svg
 from gradmagic.render.graph import graph_summary, graph_svg
 from gradmagic.render.text import nonfinite_lines, watch_row, watch_summary, watch_timings, watched_op_lines
@@ -183,7 +183,7 @@ def numerics_html(report: Report) -> str:
             label = element_label(element.input, element.index)
             if element.output is not None:
                 label = f"d {element_label(element.output, element.output_index)} / d {label}"
-            values = [format_number(v) for v in (element.custom, element.numerical, element.autodiff, element.error)]
+            values = comparison_cells(element)
             bad = element.error is not None and not element.error <= 1
             rows.append(([label, *values], bad))
         parts.append(f'<div style="font-weight: 600; margin-top: 6px">{escape(heading)}</div>')
@@ -199,15 +199,23 @@ def numerics_html(report: Report) -> str:
 
 
 def _heatmap(block) -> str:
+    """A block's heatmaps, one image per matrix at its own size: they wrap onto rows where the page is narrow (labels
+    stay legible, never scaled down), each scrolling on its own when wider than the page."""
     caption = f"d {block.output} / d {block.input}: {block.shape[0]} × {block.shape[1]}"
     legend = "".join(
         f'<span style="white-space: nowrap; margin-right: 12px"><img alt="" src="{data_uri(swatch_svg(fill))}" '
         f'style="vertical-align: middle"> {escape(label)}</span> '
         for fill, label in heatmap_legend(block_scale(block))
     )
+    panels = " ".join(
+        '<span style="display: inline-block; max-width: 100%; overflow-x: auto; vertical-align: top; '
+        f'margin: 0 18px 6px 0"><img alt="{escape(f"{label}: {caption}")}" style="max-width: none" '
+        f'src="{data_uri(svg)}"></span>'
+        for label, svg in heatmap_svgs(block)
+    )
     return (
-        f'<figure style="margin: 0 0 10px; overflow-x: auto"><figcaption style="{MUTED}; {CODE}">{escape(caption)}'
-        f'</figcaption><img alt="{escape(caption)}" src="{data_uri(heatmap_svg(block))}">'
+        f'<figure style="margin: 0 0 10px"><figcaption style="{MUTED}; {CODE}">{escape(caption)}'
+        f'</figcaption><div class="gradmagic-heatmaps">{panels}</div>'
         f'<div style="{MUTED}; font-size: 11.5px">{legend}</div></figure>'
     )
 
@@ -257,7 +265,8 @@ def _section(title: str, body: str, opened: bool, muted: bool = False) -> str:
 
 def _table(headings, rows, numeric=()) -> str:
     """A table; each row a list of cells (a cell may be (text, colour)), or (cells, mismatch)."""
-    cell_style = "padding: 3px 14px 3px 0; border-bottom: 1px solid #e6eaef; vertical-align: top; white-space: nowrap"
+    # Text cells wrap at spaces where the page is narrow; numbers never wrap; a table still too wide scrolls.
+    cell_style = "padding: 3px 14px 3px 0; border-bottom: 1px solid #e6eaef; vertical-align: top"
     head = "".join(
         f'<th style="padding: 3px 14px 3px 0; border-bottom: 1px solid #d1d9e0; text-align: '
         f'{"right" if k in numeric else "left"}; {MUTED}">{escape(h)}</th>'
@@ -315,9 +324,9 @@ def render_watch_html(report: WatchReport) -> str:
                 f'<tr><td colspan=5><details style="margin: 0 0 6px 12px"><summary>report of '
                 f"<code>{escape(name)}</code></summary>{_watched_op_html(op)}</details></td></tr>"
             )
-        parts.append(
-            '<table style="border-collapse: collapse; margin: 4px 0; font-size: 12px">'
-            f"<tr>{head}</tr>{''.join(rows)}</table>"
+        parts.append(  # a table still too wide for the page scrolls in its own frame, never runs off it
+            '<div style="max-width: 100%; overflow-x: auto"><table style="border-collapse: collapse; margin: 4px 0; '
+            f"font-size: 12px\"><tr>{head}</tr>{''.join(rows)}</table></div>"
         )
     parts.append("</div>")
     return "".join(parts)
@@ -328,5 +337,5 @@ def _watched_op_html(op: WatchedOp) -> str:
     its report."""
     lines = "".join(f"<div>{escape(line)}</div>" for line in watched_op_lines(op)[1:])
     findings = _problem_list(op.report, op.findings) if op.findings else ""
-    calls = f'<div style="{MUTED}; font-family: monospace; white-space: pre">{lines}</div>'
+    calls = f'<div style="{MUTED}; font-family: monospace; white-space: pre-wrap">{lines}</div>'
     return calls + findings + render_html(op.report)

@@ -7,6 +7,7 @@ import textwrap
 from gradmagic.render import (
     VERDICT_WORDS,
     backend_rows,
+    counted,
     framework_label,
     headline,
     numerics_summary,
@@ -29,8 +30,8 @@ def render_text(report: Report) -> str:
     }
     lines = [
         f"{op.name}{op.signature} {headline(report)} "
-        f"({counts['error']} error{'s' * (counts['error'] != 1)}, {counts['warning']} warning"
-        f"{'s' * (counts['warning'] != 1)}) [{framework_label(op)}, {op.mode}, "
+        f"({counted(counts['error'], 'error')}, {counted(counts['warning'], 'warning')}) "
+        f"[{framework_label(op)}, {op.mode}, "
         f"{report.timings.get('total', 0) * 1e3:.0f} ms]"
     ]
     surrogate = surrogate_line(report)
@@ -97,19 +98,36 @@ def watch_summary(report: WatchReport) -> str:
     errors = sum(problem.severity == "error" for problem in report.problems)
     warnings = sum(problem.severity == "warning" for problem in report.problems)
     return (
-        f"watch of {count} custom-gradient op{'s' * (count != 1)} {VERDICT_WORDS[report.verdict]} "
-        f"({errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)})"
+        f"watch of {counted(count, 'custom-gradient op')} {VERDICT_WORDS[report.verdict]} "
+        f"({counted(errors, 'error')}, {counted(warnings, 'warning')})"
     )
 
 
 def watch_timings(report: WatchReport) -> str:
-    """The framework; the time the watched code took, the recording's part of it, and the checks'; the memory the
-    kept inputs took, of the limit."""
+    """The framework; the time the watched block took, the watch's own part in it (the compiled code traced for the
+    watch, up to the time before the first recorded call; the recording; setting up and putting back), and the
+    checks'; the memory the kept inputs took, of the limit."""
+    return f"{report.framework} {report.framework_version}; {watch_time(report)}"
+
+
+def watch_time(report: WatchReport) -> str:
+    """`watched 269 ms, the watch's part in it: up to 231 ms tracing compiled code again for the watch (before the
+    first recorded call), recording 1 ms, setting up and putting back 3 ms; checks 1.4 s; inputs kept 2.0 KiB of
+    64.0 MiB`."""
     timings = report.timings
+    parts = []
+    if "before_first_call" in timings:
+        parts.append(
+            f"up to {seconds(timings['before_first_call'])} tracing compiled code again for the watch (before the "
+            "first recorded call)"
+        )
+    parts.append(f"recording {seconds(timings.get('recording', 0))}")
+    if "setup" in timings:
+        parts.append(f"setting up and putting back {seconds(timings['setup'])}")
     return (
-        f"{report.framework} {report.framework_version}; watched {seconds(timings.get('watched', 0))}, of which "
-        f"recording {seconds(timings.get('recording', 0))}; checks {seconds(timings.get('checks', 0))}; inputs kept "
-        f"{format_bytes(report.kept_bytes)} of {format_bytes(report.memory_limit)}"
+        f"watched {seconds(timings.get('watched', 0))}, the watch's part in it: {', '.join(parts)}; checks "
+        f"{seconds(timings.get('checks', 0))}; inputs kept {format_bytes(report.kept_bytes)} of "
+        f"{format_bytes(report.memory_limit)}"
     )
 
 
@@ -122,7 +140,10 @@ def nonfinite_lines(report: WatchReport) -> list[str]:
     if report.first_nonfinite_output is not None:
         lines.append(f"first non-finite output: {report.first_nonfinite_output}")
     if not report.watched:
-        lines.append("the watched code called no custom-gradient op that could be recorded")
+        lines.append(
+            "the watched code called no custom-gradient op that could be recorded"
+            + (" (the notes say why where they can)" if report.notes else "")
+        )
     elif not lines:
         lines.append("no gradient or output went non-finite")
     return lines
@@ -146,15 +167,16 @@ def watch_row(op: WatchedOp) -> tuple[str, str, str, str, str]:
 def watched_op_lines(op: WatchedOp) -> list[str]:
     """What an op's calls received and did, and the calls it was checked at."""
     lines = [
-        f"{op.name} ({op.where or 'defined where unknown'}): {op.calls} call{'s' * (op.calls != 1)}"
-        f"{f' ({op.compiled_calls} compiled)' if op.compiled_calls else ''}, {op.gradient_calls} gradient call"
-        f"{'s' * (op.gradient_calls != 1)}"
+        f"{op.name} ({op.where or 'defined where unknown'}): {counted(op.calls, 'call')}"
+        f"{f' ({op.compiled_calls} compiled)' if op.compiled_calls else ''}, "
+        f"{counted(op.gradient_calls, 'gradient call')}"
     ]
     for role, summaries in (("input", op.inputs), ("output", op.outputs)):
         lines += [f"  {role:<7}{value_line(summary)}" for summary in summaries]
     if op.nonfinite_gradient_calls:
         lines.append(
-            f"  gradient non-finite in {op.nonfinite_gradient_calls} of {op.gradient_calls} calls, first: "
+            f"  gradient non-finite in {op.nonfinite_gradient_calls} of {counted(op.gradient_calls, 'call')}, "
+            "first: "
             f"{op.first_nonfinite_gradient}"
         )
     if op.checked:
@@ -172,7 +194,7 @@ def value_line(summary: ValueSummary) -> str:
     """`x  float32 [32, 16]  from -3.1 to 4.2, non-finite in 2 calls`."""
     shapes = ", ".join(str(list(shape)) for shape in summary.shapes)
     extent = "" if summary.minimum is None else f"  from {summary.minimum:.4g} to {summary.maximum:.4g}"
-    nonfinite = f", non-finite in {summary.nonfinite_calls} calls" if summary.nonfinite_calls else ""
+    nonfinite = f", non-finite in {counted(summary.nonfinite_calls, 'call')}" if summary.nonfinite_calls else ""
     return f"{summary.name:<10} {summary.dtype} {shapes}{extent}{nonfinite}"
 
 

@@ -2,13 +2,20 @@
 kernel's work, as traits; the view is `labextension/src/widget.ts`, bundled into `gradmagic/static/widget.js`,
 the same view the JupyterLab extension draws saved reports with.
 
-One widget model per report, whatever its size; JupyterLab, Notebook 7 and VS Code draw it with nothing to build
-or enable (anywidget's own front-end loads the view from the model). The controls send requests (check again,
-sweep) as messages; the widget calls back into whoever made it, which checks: the widget itself never does.
+One widget model per report, whatever its size (and its layout's). The model carries a small stub as its front-end
+(`gradmagic/static/stub.js`, from `labextension/src/stub.ts`), not the view: the stub finds the view once per page,
+registered by gradmagic's JupyterLab extension in JupyterLab and Notebook 7, and elsewhere (VS Code) asked of the
+kernel over the widget's comm (`{"action": "view"}`, answered with the bundle and its stylesheet). So JupyterLab,
+Notebook 7 and VS Code draw it with nothing to build or enable, and a notebook saved with its widgets' state holds
+no copy of the view per report. The controls send requests (check again, sweep) as messages; the widget calls back
+into whoever made it, which checks: the widget itself never does. A re-checked report's output data (the report and
+its static fallbacks, which the JupyterLab extension saves in the notebook) goes to the view as a message, not a
+trait, so that the saved widget state does not hold the static HTML again.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from pathlib import Path
@@ -17,7 +24,8 @@ from typing import Callable
 import anywidget
 import traitlets
 
-from gradmagic.report import Report, display_text
+from gradmagic.render import no_sweep_reason
+from gradmagic.report import MIME_TYPE, Report, display_text
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 #: What the widget shows where the view was never built (a clone installed without `./dev` or a wheel build).
@@ -34,6 +42,7 @@ Recheck = Callable[[str, dict, Callable[[float, str], None]], Report]
 Fallbacks = Callable[[Report], dict]
 
 
+@functools.cache
 def _static(name: str, fallback: str) -> str:
     """The text of a built static file, read once: anywidget would turn a path into a watched file whose change
     signal holds every widget made from it, closed or not, for good."""
@@ -54,15 +63,11 @@ class ReportWidget(anywidget.AnyWidget):
     takes them. `fallbacks` makes a re-checked report's static fallbacks.
     """
 
-    _esm = _static("widget.js", UNBUILT_VIEW)
-    _css = _static("widget.css", "")
+    _esm = _static("stub.js", UNBUILT_VIEW)
     report = traitlets.Dict().tag(sync=True)
     view = traitlets.Unicode("report").tag(sync=True)
     controls = traitlets.Dict().tag(sync=True)
     status = traitlets.Dict().tag(sync=True)
-    #: A re-checked report's static fallbacks: the view hands them to the JupyterLab extension, which saves them in
-    #: the notebook's output with the new report (empty until a re-check: the output has the first report's).
-    fallback = traitlets.Dict().tag(sync=True)
     #: Names this widget for its views: each view the front-end makes of it (after a redraw of its output) finds
     #: what the user opened and typed in the last one.
     key = traitlets.Unicode().tag(sync=True)
@@ -74,12 +79,17 @@ class ReportWidget(anywidget.AnyWidget):
         inputs: str = "",
         fallbacks: Fallbacks | None = None,
         reason: str = "This report has no op to re-check: run its cell again.",
+        view: str = "report",
     ):
         self._recheck, self._fallbacks, self._inputs, self._reason = recheck, fallbacks, inputs, reason
         self.shown = report
         # The first state goes out with the widget's model (one message), not as updates after it.
         super().__init__(
-            report=report.to_dict(), controls=self._controls(report), status=_status(), key=uuid.uuid4().hex
+            report=report.to_dict(),
+            view=view,
+            controls=self._controls(report),
+            status=_status(),
+            key=uuid.uuid4().hex,
         )
         self.on_msg(self._on_message)
 
@@ -115,6 +125,10 @@ class ReportWidget(anywidget.AnyWidget):
 
     def _on_message(self, _widget, content: dict, _buffers) -> None:
         action = content.get("action") if isinstance(content, dict) else None
+        if action == "view":  # a page without gradmagic's extension (VS Code) asks for the view, once
+            view = _static("widget.js", UNBUILT_VIEW)
+            self.send({"gradmagic": "view", "esm": view, "css": _static("widget.css", "")})
+            return
         if action not in ("recheck", "sweep") or self._recheck is None or self.status.get("running"):
             return
         try:
@@ -135,11 +149,15 @@ class ReportWidget(anywidget.AnyWidget):
             return
         if action == "recheck":
             self._inputs = text
-        if self._fallbacks is not None:
-            self.fallback = self._fallbacks(report)
         self.show(report)
+        if self._fallbacks is not None:  # the output's new data, for the JupyterLab extension to save
+            self.send({"gradmagic": "saved", "data": {MIME_TYPE: self.report, **self._fallbacks(report)}})
+        took = f"{(time.perf_counter() - started) * 1e3:.0f} ms"
+        if action == "sweep" and report.sweep is None:  # checked again, but nothing to draw: say why, never "Swept"
+            self.status = _status(message=f"Nothing swept (checked in {took}). {no_sweep_reason(report, live=True)}")
+            return
         done = "Re-checked" if action == "recheck" else "Swept"
-        self.status = _status(message=f"{done} in {(time.perf_counter() - started) * 1e3:.0f} ms.")
+        self.status = _status(message=f"{done} in {took}.")
 
     def _request(self, action: str, content: dict) -> tuple[str, dict]:
         """The inputs text and option overrides a request asks for (ValueError naming a bad field)."""
@@ -160,6 +178,28 @@ class ReportWidget(anywidget.AnyWidget):
         if isinstance(element, dict) and isinstance(element.get("input"), str):
             sweep["sweep_element"] = (element["input"], tuple(int(i) for i in element.get("index") or ()))
         return self._inputs, {**keep, **sweep}
+
+
+class WatchWidget(ReportWidget):
+    """A watch's report (`WatchReport`) in the same live view (`view` "watch"): its table of ops, each op's report
+    under its row drawn as every report is. No controls: a watch is run again, not re-checked (each op's report
+    names the op, for `%gradcheck`)."""
+
+    def __init__(self, report):
+        reason = "A watch's report: run the watched cell again, or check an op with %gradcheck."
+        super().__init__(report, reason=reason, view="watch")
+
+    def _controls(self, report) -> dict:
+        return {
+            "inputs": "",
+            "eps": "",
+            "rtol": "",
+            "atol": "",
+            "sweepFrom": "",
+            "sweepTo": "",
+            "available": False,
+            "reason": self._reason,
+        }
 
 
 #: The option fields of the controls: (option, what the user sees).

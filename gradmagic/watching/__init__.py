@@ -90,6 +90,7 @@ class Watch:
     def __enter__(self) -> Watch:
         if self._running is not None:
             raise GradmagicError("This watch is running already: a watch cannot be entered twice at once.")
+        self._entered = time.perf_counter()
         watcher = get_watcher()
         self._recorder = CallRecorder(self.memory_limit)
         recording = watcher.recording(self._recorder)
@@ -105,17 +106,29 @@ class Watch:
 
     def __exit__(self, kind, error, traceback) -> bool:
         recording, self._running = self._running, None
-        watched = time.perf_counter() - self._started
+        ended = time.perf_counter()
         recording.__exit__(kind, error, traceback)
+        restored = time.perf_counter()
         display.register()
         report, interrupted = watch_report(
-            self._recorder, self._instrumentation, self._verdicts, {"watched": watched}, error
+            self._recorder, self._instrumentation, self._verdicts, self._timings(ended, restored), error
         )
         self._report = report
         del self._recorder
         if interrupted is not None and error is None:
             raise interrupted
         return False
+
+    def _timings(self, ended: float, restored: float) -> dict[str, float]:
+        """What the watch took, its own part included: `watched`, from entering the block to everything put back;
+        `setup`, the watch's installing and putting back; `before_first_call`, when the first recorded call ran in
+        compiled code, the time from the block's start to it: there the compiled code was traced (again) for the
+        watch, and the watched code's own work before its first op ran (an upper bound of the retrace)."""
+        timings = {"watched": restored - self._entered, "setup": (self._started - self._entered) + (restored - ended)}
+        recorder = self._recorder
+        if recorder.first_call_at is not None and recorder.first_call_compiled:
+            timings["before_first_call"] = recorder.first_call_at - self._started
+        return timings
 
     def __repr__(self) -> str:
         state = "running" if self._running is not None else (str(self._report) if self._report else "not started")

@@ -161,12 +161,18 @@ class CallRecorder:
         self.held_bytes = 0
         self.calls_not_kept = 0
         self.seconds = 0.0  # spent recording
+        #: When the first call was recorded (time.perf_counter), and whether it ran in compiled code: a graph traced
+        #: for the watch was traced before it.
+        self.first_call_at: float | None = None
+        self.first_call_compiled = False
         self._sequence = 0
         self._lock = threading.Lock()
 
     def forward(self, site: OpSite, call: ForwardCall) -> int:
         with self._lock:
             started = time.perf_counter()
+            if self.first_call_at is None:
+                self.first_call_at, self.first_call_compiled = started, bool(call.compiled)
             op = self._op(site)
             op.calls += 1
             op.compiled_calls += call.compiled

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -79,7 +80,7 @@ def watch_report(
         memory_limit=recorder.memory_limit,
         kept_bytes=recorder.kept_bytes,
         calls_not_kept=recorder.calls_not_kept,
-        notes=tuple(instrumentation.notes) + _notes(recorder),
+        notes=_unwatched_backend() + tuple(instrumentation.notes) + _notes(recorder),
         error=None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
     )
     return report, interrupted
@@ -195,7 +196,8 @@ def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]
                 f"In the watched code the gradient function of `{name}` returned {event.values} for "
                 f"{_elements(event)} of d{event.tensor} (first d{element_label(event.tensor, event.index)}) at "
                 f"{_call(event)}, from a finite upstream gradient: the non-finite gradient starts here. "
-                f"{record.nonfinite_gradient_calls} of its {record.gradient_calls} gradient calls were non-finite. "
+                f"{record.nonfinite_gradient_calls} of its {_counted(record.gradient_calls, 'gradient call')} "
+                f"{'was' if record.nonfinite_gradient_calls == 1 else 'were'} non-finite. "
                 + checked,
                 location,
             )
@@ -209,7 +211,7 @@ def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]
                 "warning",
                 f"In the watched code `{name}` returned {event.values} for {_elements(event)} of {event.tensor} "
                 f"(first {element_label(event.tensor, event.index)}) at {_call(event)}, from finite inputs; "
-                f"{record.nonfinite_output_calls} of its {record.calls} calls returned non-finite values.",
+                f"{record.nonfinite_output_calls} of its {_counted(record.calls, 'call')} returned non-finite values.",
                 location,
             )
         )
@@ -245,6 +247,30 @@ def _unchecked(record: OpRecord, reason: str, instrumentation: Instrumentation) 
     return Report(op=description, numerics=Numerics(mode="skipped", skipped_because=reason))
 
 
+#: Keras's other backends as users name them, and what `keras.ops.custom_gradient` is there.
+_OTHER_BACKENDS = {"jax": ("JAX", "jax.custom_vjp"), "torch": ("PyTorch", "a torch.autograd.Function")}
+
+
+def _unwatched_backend() -> tuple[str, ...]:
+    """A note where Keras runs on JAX or PyTorch in this process: its custom-gradient ops are not watched, said
+    plainly with what to do instead. Keras is never imported here: only where the watched code imported it."""
+    keras = sys.modules.get("keras")
+    try:
+        backend = keras.config.backend() if keras is not None else None
+    except Exception:  # noqa: BLE001 - a Keras too old or half imported: nothing to say
+        return ()
+    if backend not in _OTHER_BACKENDS:
+        return ()
+    name, kind = _OTHER_BACKENDS[backend]
+    return (
+        f"Keras runs on {name} in this process (KERAS_BACKEND={backend}), and a watch records TensorFlow's "
+        "custom-gradient ops only (tf.custom_gradient, and keras.ops.custom_gradient on Keras's TensorFlow backend): "
+        f"keras.ops.custom_gradient ops on {name} ({kind}) are not watched, so none of their calls was recorded or "
+        "checked. Check such an op with gradmagic.check(op, x) at the inputs its layer receives (a batch of the "
+        "previous layer's outputs), or run the model with KERAS_BACKEND=tensorflow to watch it.",
+    )
+
+
 def _notes(recorder: CallRecorder) -> tuple[str, ...]:
     notes = []
     count = recorder.calls_not_kept
@@ -270,7 +296,12 @@ def _where(record: OpRecord) -> str | None:
 
 
 def _elements(event: NonFinite) -> str:
-    return f"{event.elements} element{'s' * (event.elements != 1)}"
+    return _counted(event.elements, "element")
+
+
+def _counted(count: int, word: str) -> str:
+    """`1 call`, `2 calls`."""
+    return f"{count:,} {word}{'s' * (count != 1)}"
 
 
 def _call(event: NonFinite) -> str:

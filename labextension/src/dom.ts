@@ -31,3 +31,17 @@ export function svg<K extends keyof SVGElementTagNameMap>(
   parent?.appendChild(node);
   return node;
 }
+
+/**
+ * A prefix for the ids of this copy of the module: each live widget's view is its own copy of the bundle (anywidget
+ * loads it once per model), and the JupyterLab extension is another, so a counter alone repeats across reports on a
+ * page, and a `url(#id)` (a pattern, an arrowhead) then resolves into another report's drawing, which is not
+ * drawn while that report's section is folded.
+ */
+const PAGE_PREFIX = `jp-gradmagic-${Math.random().toString(36).slice(2, 10)}${Date.now().toString(36)}`;
+let made = 0;
+
+/** An id unique in the page, ending in `name`. */
+export function uniqueId(name: string): string {
+  return `${PAGE_PREFIX}-${++made}-${name}`;
+}

@@ -8,7 +8,7 @@
  * `gradmagic/checking/graph_layout.py`, which the static drawing reads too).
  * Every string from the report goes in as text.
  */
-import { element, svg } from './dom';
+import { element, svg, uniqueId } from './dom';
 import { IGraph, IGraphEdge, IGraphNode, IGraphScope, NODE_ROLES, formatBytes, formatShape } from './schema';
 
 /** Pixels per layout unit. */
@@ -125,7 +125,11 @@ function boxExit(ux: number, uy: number, halfWidth: number): number {
  * An edge through `points` (its source's centre, the layout's bend points, its target's centre), as an SVG path:
  * from the source's box to the target's, rounded at the bends; and the middle of its longest segment (for a label).
  */
-export function edgePath(points: IPoint[], sourceHalf: number, targetHalf: number): { d: string; middle: IPoint } {
+export function edgePath(
+  points: IPoint[],
+  sourceHalf: number,
+  targetHalf: number
+): { d: string; middle: IPoint; ends: IPoint[] } {
   const unit = (from: IPoint, to: IPoint): IPoint => {
     const length = Math.hypot(to.x - from.x, to.y - from.y) || 1;
     return { x: (to.x - from.x) / length, y: (to.y - from.y) / length };
@@ -164,7 +168,101 @@ export function edgePath(points: IPoint[], sourceHalf: number, targetHalf: numbe
       middle = { x: (ends[i].x + ends[i - 1].x) / 2, y: (ends[i].y + ends[i - 1].y) / 2 };
     }
   }
-  return { d, middle };
+  return { d, middle, ends };
+}
+
+/** A saved edge's size label: pixels per character, its height, the space kept round it, where along a segment. */
+const LABEL_CHAR = 6;
+const LABEL_HEIGHT = 12;
+const LABEL_CLEARANCE = 2;
+const LABEL_FRACTIONS = [0.5, 0.35, 0.65, 0.2, 0.8];
+
+/** A box: left, top, right, bottom. */
+type Box = [number, number, number, number];
+
+function labelBox(x: number, y: number, width: number): Box {
+  return [
+    x - width / 2 - LABEL_CLEARANCE,
+    y - LABEL_HEIGHT / 2 - LABEL_CLEARANCE,
+    x + width / 2 + LABEL_CLEARANCE,
+    y + LABEL_HEIGHT / 2 + LABEL_CLEARANCE
+  ];
+}
+
+/** Whether the segment from `a` to `b` meets `box` (Liang-Barsky clipping). */
+function crosses(a: IPoint, b: IPoint, box: Box): boolean {
+  const dx = b.x - a.x;
+  const dy = b.y - a.y;
+  let low = 0;
+  let high = 1;
+  for (const [p, q] of [
+    [-dx, a.x - box[0]],
+    [dx, box[2] - a.x],
+    [-dy, a.y - box[1]],
+    [dy, box[3] - a.y]
+  ]) {
+    if (p === 0) {
+      if (q < 0) {
+        return false;
+      }
+      continue;
+    }
+    const t = q / p;
+    if (p < 0) {
+      low = Math.max(low, t);
+    } else {
+      high = Math.min(high, t);
+    }
+    if (low > high) {
+      return false;
+    }
+  }
+  return true;
+}
+
+function overlaps(a: Box, b: Box): boolean {
+  return a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3];
+}
+
+/**
+ * Where a saved edge's size label goes (its centre): on the edge (`ends`, its polyline), away from every other
+ * edge (`others`, polylines) and node box (`boxes`), so that it never reads as another edge's: along its longest
+ * segments first, their middle first, then beside them; the middle of the longest segment when no place is free.
+ * Python's `label_place` (`gradmagic/render/graph.py`) places it alike.
+ */
+export function labelPlace(ends: IPoint[], textLength: number, others: IPoint[][], boxes: Box[]): IPoint {
+  const width = textLength * LABEL_CHAR;
+  const obstacles: [IPoint, IPoint][] = others.flatMap(line => line.slice(1).map((b, i) => [line[i], b] as [IPoint, IPoint]));
+  const length = ([a, b]: [IPoint, IPoint]): number => Math.hypot(b.x - a.x, b.y - a.y);
+  const segments = ends
+    .slice(1)
+    .map((b, i) => [ends[i], b] as [IPoint, IPoint])
+    .map((segment, i) => ({ segment, i }))
+    .sort((u, v) => length(v.segment) - length(u.segment) || u.i - v.i)
+    .map(({ segment }) => segment);
+  const free = (x: number, y: number): boolean => {
+    const box = labelBox(x, y, width);
+    return !boxes.some(node => overlaps(box, node)) && !obstacles.some(([a, b]) => crosses(a, b, box));
+  };
+  const candidates: IPoint[] = [];
+  for (const [a, b] of segments) {
+    candidates.push(...LABEL_FRACTIONS.map(t => ({ x: a.x + (b.x - a.x) * t, y: a.y + (b.y - a.y) * t })));
+  }
+  for (const [a, b] of segments) {
+    const x = (a.x + b.x) / 2;
+    const y = (a.y + b.y) / 2;
+    if (Math.abs(b.y - a.y) >= Math.abs(b.x - a.x)) {
+      candidates.push({ x: x + width / 2 + 6, y }, { x: x - width / 2 - 6, y });
+    } else {
+      candidates.push({ x, y: y - LABEL_HEIGHT / 2 - 4 }, { x, y: y + LABEL_HEIGHT / 2 + 4 });
+    }
+  }
+  const found = candidates.find(point => free(point.x, point.y));
+  if (found) {
+    return found;
+  }
+  const [a, b] = segments[0];
+  return { x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 };
 }
 
 /**
@@ -222,9 +320,12 @@ export function graphView(original: IGraph): HTMLElement {
   const label = svg('title', {}, canvas);
   label.textContent = 'Gradient graph: forward above, backward below';
   const defs = svg('defs', {}, canvas);
+  // Arrowheads by ids unique in the page: a repeated id resolves into another report's drawing (hidden when folded).
+  const arrow = uniqueId('arrow');
+  const savedArrow = uniqueId('arrow-saved');
   for (const [id, className] of [
-    ['jp-gradmagic-arrow', 'jp-gradmagic-arrowhead'],
-    ['jp-gradmagic-arrow-saved', 'jp-gradmagic-arrowhead-saved']
+    [arrow, 'jp-gradmagic-arrowhead'],
+    [savedArrow, 'jp-gradmagic-arrowhead-saved']
   ]) {
     const marker = svg(
       'marker',
@@ -253,16 +354,23 @@ export function graphView(original: IGraph): HTMLElement {
   };
 
   const routes = new Map((original.layout.routes ?? []).map(route => [`${route.source}\u0000${route.target}`, route]));
-  for (const edge of graph.edges) {
-    if (!halfWidths.has(edge.source) || !halfWidths.has(edge.target)) {
-      continue;
-    }
-    const bends = (routes.get(`${edge.source}\u0000${edge.target}`)?.points ?? []).map(placeOf);
-    const path = edgePath(
-      [placeOf(positions.get(edge.source)!), ...bends, placeOf(positions.get(edge.target)!)],
-      halfWidths.get(edge.source)!,
-      halfWidths.get(edge.target)!
-    );
+  const paths = graph.edges
+    .filter(edge => halfWidths.has(edge.source) && halfWidths.has(edge.target))
+    .map(edge => {
+      const bends = (routes.get(`${edge.source}\u0000${edge.target}`)?.points ?? []).map(placeOf);
+      const path = edgePath(
+        [placeOf(positions.get(edge.source)!), ...bends, placeOf(positions.get(edge.target)!)],
+        halfWidths.get(edge.source)!,
+        halfWidths.get(edge.target)!
+      );
+      return { edge, path };
+    });
+  const boxes: Box[] = graph.nodes.map(node => {
+    const { x, y } = placeOf(positions.get(node.id)!);
+    const half = halfWidths.get(node.id)!;
+    return [x - half, y - BOX_HEIGHT / 2, x + half, y + BOX_HEIGHT / 2];
+  });
+  paths.forEach(({ edge, path }, k) => {
     const group = svg('g', { class: edge.saved ? 'jp-gradmagic-edge jp-gradmagic-saved' : 'jp-gradmagic-edge' });
     group.dataset.source = edge.source;
     group.dataset.target = edge.target;
@@ -272,18 +380,21 @@ export function graphView(original: IGraph): HTMLElement {
       {
         d: path.d,
         class: 'jp-gradmagic-stroke',
-        'marker-end': `url(#${edge.saved ? 'jp-gradmagic-arrow-saved' : 'jp-gradmagic-arrow'})`
+        'marker-end': `url(#${edge.saved ? savedArrow : arrow})`
       },
       group
     );
     if (edge.saved && edge.bytes !== null) {
-      const text = svg('text', { x: path.middle.x, y: path.middle.y, class: 'jp-gradmagic-edge-label' }, group);
-      text.textContent = formatBytes(edge.bytes);
+      const size = formatBytes(edge.bytes);
+      const others = paths.filter((_, j) => j !== k).map(other => other.path.ends);
+      const at = labelPlace(path.ends, size.length, others, boxes);
+      const text = svg('text', { x: at.x.toFixed(1), y: (at.y + 3).toFixed(1), class: 'jp-gradmagic-edge-label' }, group);
+      text.textContent = size;
     }
     group.addEventListener('mousemove', event => showDetails(edgeDetails(edge, byId), event));
     group.addEventListener('mouseleave', hideDetails);
     (edge.saved ? savedLayer : edgeLayer).appendChild(group);
-  }
+  });
   for (const node of graph.nodes) {
     const { x, y } = placeOf(positions.get(node.id)!);
     const half = halfWidths.get(node.id)!;

@@ -3,16 +3,17 @@
  * differences and by autodiff on one shared colour scale (brown below zero, teal above), and the checker's own
  * error of each entry against its tolerance (grey within it, red beyond). Non-finite entries are hatched, entries
  * the checker did not judge (a kink, no finite difference) are dotted; the legend says both. Each cell's values
- * are in its SVG title. Python's static drawing (`gradmagic/render/svg.py`) draws the same.
+ * are in its SVG title. Each matrix is an SVG of its own, at its own size: the matrices of a block wrap onto rows
+ * where the page is narrow, their labels never scaled down. Python's static drawing (`gradmagic/render/figures.py`)
+ * draws the same.
  */
-import { element, svg } from './dom';
+import { element, svg, uniqueId } from './dom';
 import { IJacobianBlock, INumerics, Num, formatNumber, toNumber } from './schema';
 
 /** Cells are this many pixels at most and at least; a matrix is at most MATRIX pixels wide or high. */
 const CELL_MAX = 28;
 const CELL_MIN = 6;
 const MATRIX = 220;
-const GAP = 26;
 /** Each matrix sits in a slot at least this wide, so that its title fits over it. */
 const SLOT = 116;
 const TOP = 30;
@@ -22,13 +23,10 @@ export const HEATMAP_MIN_SIDE = 4;
 /** Blocks drawn at most, the failing ones first. */
 export const HEATMAP_BLOCKS = 6;
 
-/** Pattern ids must be unique in the page: one SVG's patterns are not drawn while it is hidden (a folded section). */
-let drawings = 0;
-
 /** Hatched (non-finite) and dotted (not judged) fills defined in `parent`: their `url(#...)` references. */
 function patterns(parent: Element): { nonfinite: string; unjudged: string } {
   const defs = svg('defs', {}, parent);
-  const id = `jp-gradmagic-pattern-${++drawings}`;
+  const id = uniqueId('pattern'); // unique in the page, whichever copy of this module draws
   const hatch = svg(
     'pattern',
     { id: `${id}-nonfinite`, width: 5, height: 5, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
@@ -117,54 +115,71 @@ function matrices(block: IJacobianBlock): [string, Num[], 'value' | 'error'][] {
   return drawn;
 }
 
-/** One block's heatmaps as an SVG element, sized in pixels. */
-export function heatmapSvg(block: IJacobianBlock): SVGSVGElement {
+/** The size of a block's cells and matrices, in pixels. */
+function cellSize(block: IJacobianBlock): number {
   const [rows, columns] = block.shape;
-  const cell = Math.max(CELL_MIN, Math.min(CELL_MAX, Math.floor(MATRIX / Math.max(rows, columns, 1))));
+  return Math.max(CELL_MIN, Math.min(CELL_MAX, Math.floor(MATRIX / Math.max(rows, columns, 1))));
+}
+
+/**
+ * One matrix of a block (custom, finite differences, autodiff or the error) as an SVG element of its own, sized in
+ * pixels: its title, `in →` over it, `out` at its left. The panels of a block wrap onto rows where the page is
+ * narrow, each at its own size, so that their labels stay legible (never scaled down).
+ */
+export function heatmapPanel(block: IJacobianBlock, label: string, values: Num[], kind: 'value' | 'error'): SVGSVGElement {
+  const [rows, columns] = block.shape;
+  const cell = cellSize(block);
   const width = columns * cell;
   const height = rows * cell;
-  const drawn = matrices(block);
-  const scale = blockScale(block);
   const slot = Math.max(width, SLOT);
-  const total = drawn.length * (slot + GAP) - GAP + LABEL;
+  const total = LABEL + slot + 4;
   const root = svg('svg', {
     class: 'jp-gradmagic-heatmap-svg',
-    width: total + 4,
+    width: total,
     height: TOP + height + 18,
-    viewBox: `0 0 ${total + 4} ${TOP + height + 18}`,
+    viewBox: `0 0 ${total} ${TOP + height + 18}`,
     role: 'img'
   });
-  svg('title', {}, root).textContent = `d ${block.output} / d ${block.input}`;
+  svg('title', {}, root).textContent = `${label}: d ${block.output} / d ${block.input}`;
   const fills = patterns(root);
-  text(root, 'out', { x: 0, y: TOP + height / 2, class: 'jp-gradmagic-heatmap-axis' });
-  drawn.forEach(([label, values, kind], k) => {
-    const left = LABEL + k * (slot + GAP) + (slot - width) / 2;
-    text(root, label, { x: left + width / 2, y: 12, class: 'jp-gradmagic-heatmap-title', 'text-anchor': 'middle' });
-    text(root, `in →`, { x: left + width / 2, y: 25, class: 'jp-gradmagic-heatmap-axis', 'text-anchor': 'middle' });
-    const group = svg('g', { class: `jp-gradmagic-heatmap jp-gradmagic-heatmap-${kind}` }, root);
-    group.dataset.matrix = label;
-    for (let i = 0; i < rows; i++) {
-      for (let j = 0; j < columns; j++) {
-        const value = toNumber(values[i * columns + j]);
-        const fill = kind === 'value' ? valueColour(value, scale) : errorColour(value);
-        const unjudged = kind === 'error' && Number.isFinite(value) && value < 0;
-        const rect = svg(
-          'rect',
-          {
-            x: left + j * cell,
-            y: TOP + i * cell,
-            width: cell,
-            height: cell,
-            fill: fill ?? (unjudged ? fills.unjudged : fills.nonfinite)
-          },
-          group
-        );
-        svg('title', {}, rect).textContent = cellDetails(block, i, j);
-      }
+  const scale = blockScale(block);
+  const left = LABEL + (slot - width) / 2;
+  text(root, 'out', { x: left - 4, y: TOP + height / 2, class: 'jp-gradmagic-heatmap-axis', 'text-anchor': 'end' });
+  text(root, label, { x: left + width / 2, y: 12, class: 'jp-gradmagic-heatmap-title', 'text-anchor': 'middle' });
+  text(root, `in →`, { x: left + width / 2, y: 25, class: 'jp-gradmagic-heatmap-axis', 'text-anchor': 'middle' });
+  const group = svg('g', { class: `jp-gradmagic-heatmap jp-gradmagic-heatmap-${kind}` }, root);
+  group.dataset.matrix = label;
+  for (let i = 0; i < rows; i++) {
+    for (let j = 0; j < columns; j++) {
+      const value = toNumber(values[i * columns + j]);
+      const fill = kind === 'value' ? valueColour(value, scale) : errorColour(value);
+      const unjudged = kind === 'error' && Number.isFinite(value) && value < 0;
+      const rect = svg(
+        'rect',
+        {
+          x: left + j * cell,
+          y: TOP + i * cell,
+          width: cell,
+          height: cell,
+          fill: fill ?? (unjudged ? fills.unjudged : fills.nonfinite)
+        },
+        group
+      );
+      svg('title', {}, rect).textContent = cellDetails(block, i, j);
     }
-    svg('rect', { x: left, y: TOP, width, height, class: 'jp-gradmagic-heatmap-frame' }, root);
-  });
+  }
+  svg('rect', { x: left, y: TOP, width, height, class: 'jp-gradmagic-heatmap-frame' }, root);
   return root;
+}
+
+/** One block's heatmaps: a panel per matrix, in a row that wraps. */
+export function heatmapPanels(block: IJacobianBlock): HTMLElement {
+  const row = element('div', 'jp-gradmagic-heatmap-panels');
+  for (const [label, values, kind] of matrices(block)) {
+    const frame = element('div', 'jp-gradmagic-heatmap-panel', undefined, row);
+    frame.appendChild(heatmapPanel(block, label, values, kind));
+  }
+  return row;
 }
 
 /** The lines of a cell's title: the entry and its values. */
@@ -218,7 +233,7 @@ export function heatmapsView(numerics: INumerics): HTMLElement | null {
       `d ${block.output} / d ${block.input}: ${block.shape[0]} × ${block.shape[1]}`,
       figure
     );
-    figure.appendChild(heatmapSvg(block));
+    figure.appendChild(heatmapPanels(block));
     legend(figure, blockScale(block));
   }
   return root;

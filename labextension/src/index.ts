@@ -13,6 +13,8 @@ import { DisposableDelegate, IDisposable } from '@lumino/disposable';
 import { insertCustomGradientCell, recheckAll } from './commands';
 import { nablaIcon } from './icon';
 import { WIDGET_MIME_TYPE, reportRendererFactory } from './renderer';
+import { VIEW_KEY, viewRegistry } from './stub';
+import { render } from './widget';
 
 export const COMMAND_INSERT = 'gradmagic:insert-custom-gradient-cell';
 export const COMMAND_RECHECK = 'gradmagic:recheck-all';
@@ -52,6 +54,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null
   ) => {
     rendermime.addFactory(reportRendererFactory());
+    // The live widgets' view: each widget's model carries only a stub, which finds the view here (elsewhere, in VS
+    // Code say, it asks the kernel for it once per page).
+    viewRegistry()[VIEW_KEY] = { render };
     const active = (): NotebookPanel | null => notebooks.currentWidget;
     app.commands.addCommand(COMMAND_INSERT, {
       label: 'Insert custom-gradient cell',

@@ -13,6 +13,7 @@ import { Panel } from '@lumino/widgets';
 
 import { View, reportView } from './reportview';
 import { MIME_TYPE, readReport } from './schema';
+import { WATCH_MIME_TYPE, readWatchReport, watchView } from './watchview';
 import { REPORT_EVENT } from './widget';
 
 export const WIDGET_MIME_TYPE = 'application/vnd.jupyter.widget-view+json';
@@ -37,7 +38,7 @@ interface IReportMetadata {
 
 /** The id of the report's live widget, from the output's metadata (or a widget view in the same bundle). */
 export function liveModelId(model: IRenderMime.IMimeModel): string | null {
-  const metadata = (model.metadata[MIME_TYPE] ?? {}) as IReportMetadata;
+  const metadata = (model.metadata[MIME_TYPE] ?? model.metadata[WATCH_MIME_TYPE] ?? {}) as IReportMetadata;
   const view = model.data[WIDGET_MIME_TYPE] as { model_id?: string } | undefined;
   return metadata.model_id ?? view?.model_id ?? null;
 }
@@ -83,6 +84,17 @@ export class ReportRenderer extends Panel implements IRenderMime.IRenderer {
       await renderer.renderModel(widgetView(modelId));
       return;
     }
+    if (model.data[WATCH_MIME_TYPE] !== undefined && model.data[MIME_TYPE] === undefined) {
+      // A watch's report: its table of ops, each op's report under its row, drawn by the same view.
+      const watch = readWatchReport(model.data[WATCH_MIME_TYPE]);
+      const shown = watch instanceof Error ? document.createElement('div') : watchView(watch);
+      if (watch instanceof Error) {
+        shown.className = 'jp-gradmagic-error';
+        shown.textContent = watch.message;
+      }
+      this.node.replaceChildren(shown);
+      return;
+    }
     const report = readReport(model.data[MIME_TYPE]);
     if (report instanceof Error) {
       const message = document.createElement('div');
@@ -100,7 +112,7 @@ export class ReportRenderer extends Panel implements IRenderMime.IRenderer {
 export function reportRendererFactory(live?: ILiveWidgets): IRenderMime.IRendererFactory {
   return {
     safe: true,
-    mimeTypes: [MIME_TYPE],
+    mimeTypes: [MIME_TYPE, WATCH_MIME_TYPE],
     defaultRank: live ? NOTEBOOK_RANK : FALLBACK_RANK,
     createRenderer: options => new ReportRenderer(options, live)
   };

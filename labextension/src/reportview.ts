@@ -12,6 +12,7 @@ import { graphView } from './graphview';
 import { heatmapBlocks, heatmapsView } from './heatmapview';
 import { ILive, ViewState } from './live';
 import {
+  VERDICT_WORDS,
   IElementComparison,
   ILocation,
   INumerics,
@@ -20,6 +21,8 @@ import {
   ISweep,
   ITensorRow,
   Verdict,
+  counted,
+  digitsToTell,
   elementLabel,
   formatBytes,
   formatNumber,
@@ -27,14 +30,7 @@ import {
 } from './schema';
 import { sweepView } from './sweepview';
 
-export const VERDICT_WORDS: Record<Verdict | 'unavailable', string> = {
-  pass: 'passes',
-  warn: 'passes with warnings',
-  surrogate: 'surrogate gradient (declared)',
-  unchecked: 'not checked',
-  fail: 'fails',
-  unavailable: 'not checked'
-};
+export { VERDICT_WORDS };
 /** Keras backends as users name them. */
 export const BACKEND_NAMES: Record<string, string> = { tensorflow: 'TensorFlow', jax: 'JAX', torch: 'PyTorch' };
 /** The order backends' verdicts are named in a headline: what fails first. */
@@ -129,12 +125,12 @@ export function keyFigures(report: IReport): string {
   if (numerics.mode === 'skipped') {
     parts.push(`numbers not compared: ${numerics.skipped_because ?? 'no reason given'}`);
   } else {
-    parts.push(`${numerics.mode} mode`, `${numerics.elements.toLocaleString('en')} elements in ${numerics.dtype}`);
+    parts.push(`${numerics.mode} mode`, `${counted(numerics.elements, 'element')} in ${numerics.dtype}`);
     if (numerics.max_error !== null) {
       parts.push(`worst error ${formatNumber(numerics.max_error)} of tolerance`);
     }
     if (numerics.mode === 'projection') {
-      parts.push(`${numerics.probes} random directions`);
+      parts.push(counted(numerics.probes, 'random direction'));
     }
   }
   parts.push(`${((report.timings.total ?? 0) * 1e3).toFixed(0)} ms`);
@@ -265,12 +261,12 @@ export function numericsSummary(report: IReport): string {
   if (numerics.mode === 'skipped') {
     return `Finite differences were not compared: ${numerics.skipped_because ?? 'no reason given'}.`;
   }
-  let detail = `${numerics.elements.toLocaleString('en')} elements in ${numerics.dtype}`;
+  let detail = `${counted(numerics.elements, 'element')} in ${numerics.dtype}`;
   if (numerics.max_error !== null) {
     detail += `, worst error ${formatNumber(numerics.max_error)} of the tolerance`;
   }
   if (numerics.mode === 'projection') {
-    detail += `, ${numerics.probes} random directions, measured noise floor ${formatNumber(numerics.noise_floor)}`;
+    detail += `, ${counted(numerics.probes, 'random direction')}, measured noise floor ${formatNumber(numerics.noise_floor)}`;
   } else if (numerics.rtol !== null) {
     detail +=
       `; tolerance rtol ${formatNumber(numerics.rtol)}, atol ${formatNumber(numerics.atol)}, ` +
@@ -306,7 +302,7 @@ function numerics(report: IReport, parent: Element, state?: ViewState): void {
       if (worst.output !== null) {
         label = `d ${elementLabel(worst.output, worst.output_index)} / d ${label}`;
       }
-      return [label, ...[worst.custom, worst.numerical, worst.autodiff, worst.error].map(formatNumber)];
+      return [label, ...comparisonCells(worst)];
     });
     const lines = table(
       body,
@@ -329,6 +325,19 @@ function numerics(report: IReport, parent: Element, state?: ViewState): void {
   }
 }
 
+/**
+ * A worst element's custom gradient, finite differences and autodiff, and its error of the tolerance: the cells of
+ * the table (Python's `comparison_cells`). An element beyond the tolerance shows the digits that tell the first two
+ * apart; one within it, 4 (the digits beyond are noise).
+ */
+export function comparisonCells(worst: IElementComparison): string[] {
+  const digits = isBeyond(worst) ? digitsToTell(worst.custom, worst.numerical) : 4; // within it: noise
+  return [
+    ...[worst.custom, worst.numerical, worst.autodiff].map(value => formatNumber(value, digits)),
+    formatNumber(worst.error)
+  ];
+}
+
 /** Whether a listed element is beyond the tolerance (or its error is not finite). */
 function isBeyond(element: IElementComparison): boolean {
   return typeof element.error === 'number' ? element.error > 1 : element.error !== null;
@@ -349,7 +358,7 @@ export function sweepSummary(sweep: ISweep): string {
   return (
     `${elementLabel(sweep.output, sweep.output_index)} and its derivative along ` +
     `${elementLabel(sweep.input, sweep.index)} (${kind}) from ${formatNumber(sweep.points[0])} to ` +
-    `${formatNumber(sweep.points[sweep.points.length - 1])}, ${sweep.points.length} points; the other inputs at ` +
+    `${formatNumber(sweep.points[sweep.points.length - 1])}, ${counted(sweep.points.length, 'point')}; the other inputs at ` +
     'the example point.'
   );
 }
@@ -365,6 +374,10 @@ export function noSweepReason(report: IReport, live: boolean): string {
     return live
       ? 'The sweep is computed when asked: Sweep draws the output and its derivatives along one element.'
       : 'No sweep: it is computed when asked (the live report\'s Sweep, or sweep=True).';
+  }
+  const unavailable = report.problems.find(problem => problem.code === 'sweep-unavailable');
+  if (unavailable) {
+    return unavailable.message; // the checker says why it could not draw one
   }
   return 'No sweep: it needs a scalar input or an op element-wise in an input (output[i] depending on input[i] alone).';
 }
@@ -382,16 +395,19 @@ function sweepSection(report: IReport, parent: Element, live: ILive | undefined,
   }
 }
 
-/** `gradient graph: 7 forward and 4 backward ops; the backward keeps 12 B alive (1 saved tensor)`. */
+/**
+ * `gradient graph: 7 forward and 4 backward ops; the backward keeps 12 B alive (1 saved tensor)`; the noun agrees
+ * with the last count: `1 forward and 1 backward op`.
+ */
 export function graphSummary(report: IReport): string {
   const graph = report.graph!;
   const count = (role: string): number =>
     graph.nodes.filter(node => node.role === role).reduce((sum, node) => sum + node.count, 0);
   const kept = graph.saved_tensors
     ? `the backward keeps ${formatBytes(graph.saved_bytes)} alive ` +
-      `(${graph.saved_tensors} saved tensor${graph.saved_tensors === 1 ? '' : 's'})`
+      `(${counted(graph.saved_tensors, 'saved tensor')})`
     : 'the backward keeps nothing from the forward';
-  return `gradient graph: ${count('forward')} forward and ${count('backward')} backward ops; ${kept}`;
+  return `gradient graph: ${count('forward').toLocaleString('en')} forward and ${counted(count('backward'), 'backward op')}; ${kept}`;
 }
 
 /** Why a report has no gradient graph, in a sentence. */

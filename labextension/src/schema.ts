@@ -268,13 +268,26 @@ export function readReport(data: unknown): IReport | Error {
   return report as IReport;
 }
 
+/** Verdicts in words, as every view says them (Python's `VERDICT_WORDS` in `gradmagic/render/__init__.py`). */
+export const VERDICT_WORDS: Record<Verdict | 'unavailable', string> = {
+  pass: 'passes',
+  warn: 'passes with warnings',
+  surrogate: 'surrogate gradient (declared)',
+  unchecked: 'not checked',
+  fail: 'fails',
+  unavailable: 'not checked'
+};
+
 /** A number from the report as a JavaScript number: the non-finite strings as NaN and ±Infinity, null as NaN. */
 export function toNumber(value: Num): number {
   return value === null ? NaN : Number(value);
 }
 
-/** A number for display: non-finite strings as they are, others with 4 significant digits. */
-export function formatNumber(value: Num | undefined): string {
+/**
+ * A number for display: non-finite strings as they are, others with `digits` significant digits (4 by default), or
+ * `digits - 2` decimals and an exponent out of [1e-3, 1e5). Python's `format_number` writes the same.
+ */
+export function formatNumber(value: Num | undefined, digits = 4): string {
   if (value === null || value === undefined) {
     return '—';
   }
@@ -282,9 +295,29 @@ export function formatNumber(value: Num | undefined): string {
     return value === 'Infinity' ? 'inf' : value === '-Infinity' ? '-inf' : 'nan';
   }
   if (value === 0 || (Math.abs(value) >= 1e-3 && Math.abs(value) < 1e5)) {
-    return String(Number(value.toPrecision(4)));
+    return String(Number(value.toPrecision(digits)));
   }
-  return value.toExponential(2);
+  return value.toExponential(digits - 2);
+}
+
+/** The most significant digits a table shows to tell two values apart. */
+export const MOST_DIGITS = 10;
+
+/**
+ * The significant digits (4 at least, MOST_DIGITS at most) at which `first` and `second` read differently, so that a
+ * wrong element's custom gradient and finite differences never print alike (`0.25 | 0.25`); 4 when they are equal
+ * or one is not a finite number. Python's `digits_to_tell` says the same.
+ */
+export function digitsToTell(first: Num, second: Num): number {
+  if (typeof first !== 'number' || typeof second !== 'number' || first === second) {
+    return 4;
+  }
+  for (let digits = 4; digits <= MOST_DIGITS; digits++) {
+    if (formatNumber(first, digits) !== formatNumber(second, digits)) {
+      return digits;
+    }
+  }
+  return MOST_DIGITS;
 }
 
 /** `[2, 3]`, `[?, 3]` for unknown dimensions, `scalar` for rank 0, `—` for no tensor. */
@@ -296,6 +329,14 @@ export function formatShape(shape: Shape | null | undefined): string {
 }
 
 /** `x[2, 0]` for an element, `x` for the whole tensor. */
+/**
+ * `1 element`, `3 elements`, `4,096 elements`: a count and its noun, singular for exactly one (Python's `counted`
+ * in `gradmagic/render/__init__.py` says the same).
+ */
+export function counted(count: number, word: string, plural?: string): string {
+  return `${count.toLocaleString('en')} ${count === 1 ? word : (plural ?? `${word}s`)}`;
+}
+
 export function elementLabel(name: string, index: number[] | null | undefined): string {
   return index && index.length ? `${name}[${index.join(', ')}]` : name;
 }

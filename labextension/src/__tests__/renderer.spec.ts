@@ -13,6 +13,8 @@ import { ILive, ViewState } from '../live';
 import { ReportRenderer, liveModelId, reportRendererFactory } from '../renderer';
 import {
   VERDICT_WORDS,
+  comparisonCells,
+  graphSummary,
   headline,
   keyFigures,
   noGraphReason,
@@ -23,8 +25,32 @@ import {
   surrogateLine,
   sweepSummary
 } from '../reportview';
-import { IGraph, IReport, MIME_TYPE, NodeRole, formatShape, readReport, toNumber } from '../schema';
+import {
+  IGraph,
+  IReport,
+  MIME_TYPE,
+  NodeRole,
+  counted,
+  digitsToTell,
+  formatNumber,
+  formatShape,
+  readReport,
+  toNumber
+} from '../schema';
 import { jumps, nearestPoint, niceTicks, nonFiniteRuns, sweepDetails } from '../sweepview';
+import { VIEW_KEY, render as stubRender, viewRegistry } from '../stub';
+import {
+  IWatchReport,
+  WATCH_MIME_TYPE,
+  formatG4,
+  nonFiniteLines,
+  readWatchReport,
+  watchRow,
+  watchSummary,
+  watchTime,
+  watchView,
+  watchedOpLines
+} from '../watchview';
 import { IWidgetModel, REPORT_EVENT, render } from '../widget';
 
 const folder = process.env.GRADMAGIC_REPORT_FIXTURES;
@@ -52,7 +78,10 @@ const python: Record<
     no_sweep_reason: [string, string] | null;
     no_graph_reason: string | null;
     sweep_summary: string | null;
+    graph_summary: string | null;
+    labels?: [number, number, string][];
     shown_elements: [string, number[]][];
+    worst_rows: string[][];
     heatmaps: [string, string][];
     jumps: number[] | null;
     drawn: { nodes: [string, string, number][]; edges: [string, string, boolean][] } | null;
@@ -136,7 +165,17 @@ describe.each(names)('report %s', name => {
     expect(report.graph ? null : noGraphReason(report)).toBe(said.no_graph_reason);
     expect(report.sweep ? sweepSummary(report.sweep) : null).toBe(said.sweep_summary);
     expect(shownElements(report.numerics).map(e => [e.input, e.index])).toEqual(said.shown_elements);
+    expect(shownElements(report.numerics).map(comparisonCells)).toEqual(said.worst_rows);
     expect(heatmapBlocks(report.numerics).map(b => [b.input, b.output])).toEqual(said.heatmaps);
+    expect(report.graph ? graphSummary(report) : null).toBe(said.graph_summary);
+  });
+
+  test('counts in good English: one element, one backward op, never "1 elements" or "1 backward ops"', () => {
+    const view = withGraph(report);
+    view.querySelectorAll('details').forEach(details => ((details as HTMLDetailsElement).open = true));
+    const words = view.textContent!;
+    expect(words).not.toMatch(/(^|[^\d.,])1 (element|op|call|point|direction|error|warning|tensor|entr(y|ie))s\b/);
+    expect(words).not.toMatch(/(^|[^\d.,])1 (forward|backward|random|saved|gradient) [a-z]+s\b/);
   });
 
   test('shows its verdict and key figures in one line, then each error and warning once', () => {
@@ -224,6 +263,22 @@ describe.each(names)('report %s', name => {
     const folded = foldedGraph(report.graph, report.graph.layout!.scopes);
     expect(folded.nodes.map(node => node.id)).toEqual(nodes.map(([id]) => id));
     expect(folded.edges.map(edge => [edge.source, edge.target, edge.saved])).toEqual(edges);
+  });
+
+  test('puts each saved tensor\'s size label where the Python drawing puts it (clear of other edges and nodes)', () => {
+    if (!report.graph?.layout) {
+      return;
+    }
+    const labels = Array.from(withGraph(report).querySelectorAll('.jp-gradmagic-edge-label')).map(text => [
+      Number(text.getAttribute('x')),
+      Number(text.getAttribute('y')),
+      text.textContent
+    ]);
+    expect(labels.map(label => label[2])).toEqual((said.labels ?? []).map(label => label[2]));
+    labels.forEach((label, k) => {
+      expect(label[0] as number).toBeCloseTo(said.labels![k][0], 0);
+      expect(label[1] as number).toBeCloseTo(said.labels![k][1], 0);
+    });
   });
 
   test('places every node where the Python layout says, the forward lane above the backward lane', () => {
@@ -472,6 +527,24 @@ test('a declared surrogate that matches the derivative has no pattern to name', 
   );
 });
 
+test('numbers read as Python writes them, with the digits that tell a wrong element from the right one', () => {
+  const written = JSON.parse(fs.readFileSync(path.join(folder, 'python-numbers.txt'), 'utf8'));
+  const numbers: number[] = written.numbers;
+  expect(numbers.map(n => [4, 5, 6, 7, 8, 9, 10].map(d => formatNumber(n, d)))).toEqual(written.formatted);
+  expect(numbers.map(a => numbers.map(b => digitsToTell(a, b)))).toEqual(written.digits);
+  expect(digitsToTell(0.249969, 0.25)).toBe(5); // "0.24997 | 0.25", never "0.25 | 0.25"
+  expect(digitsToTell(0.25, 0.25)).toBe(4);
+  expect(digitsToTell('NaN', 0.25)).toBe(4);
+});
+
+test('a count names its noun in the singular for exactly one, as Python\'s counted does', () => {
+  expect(counted(1, 'element')).toBe('1 element');
+  expect(counted(0, 'element')).toBe('0 elements');
+  expect(counted(4096, 'element')).toBe('4,096 elements');
+  expect(counted(1, 'entry', 'entries')).toBe('1 entry');
+  expect(counted(2, 'entry', 'entries')).toBe('2 entries');
+});
+
 test('axis ticks are a few round numbers inside the range', () => {
   expect(niceTicks(-2.7, 2.4, 7)).toEqual([-2, -1, 0, 1, 2]);
   expect(niceTicks(-0.05, 1.05, 5)).toEqual([0, 0.25, 0.5, 0.75, 1]);
@@ -650,19 +723,23 @@ describe('the live view', () => {
 /** anywidget's model API over plain values: the view's side of the widget, without a kernel. */
 class FakeModel implements IWidgetModel {
   readonly sent: Record<string, unknown>[] = [];
-  private readonly listeners = new Map<string, Set<() => void>>();
+  private readonly listeners = new Map<string, Set<(content: unknown) => void>>();
   constructor(private readonly values: Record<string, unknown>) {}
   get(name: string): unknown {
     return this.values[name];
   }
   set(name: string, value: unknown): void {
     this.values[name] = value;
-    this.listeners.get(`change:${name}`)?.forEach(callback => callback());
+    this.listeners.get(`change:${name}`)?.forEach(callback => callback(undefined));
   }
-  on(event: string, callback: () => void): void {
+  /** A custom message from the kernel. */
+  receive(content: unknown): void {
+    this.listeners.get('msg:custom')?.forEach(callback => callback(content));
+  }
+  on(event: string, callback: (content: unknown) => void): void {
     this.listeners.set(event, (this.listeners.get(event) ?? new Set()).add(callback));
   }
-  off(event: string, callback: () => void): void {
+  off(event: string, callback: (content: unknown) => void): void {
     this.listeners.get(event)?.delete(callback);
   }
   send(content: Record<string, unknown>): void {
@@ -676,8 +753,7 @@ test('the widget view draws the model, sends requests, redraws and announces a r
     report: fixtures.log1pexp,
     view: 'report',
     controls: live.controls,
-    status: live.status,
-    fallback: {}
+    status: live.status
   });
   const el = document.createElement('div');
   const announced: unknown[] = [];
@@ -686,10 +762,11 @@ test('the widget view draws the model, sends requests, redraws and announces a r
   expect(el.querySelector('.jp-gradmagic-badge')!.textContent).toBe('passes with warnings');
   (el.querySelector('.jp-gradmagic-recheck') as HTMLButtonElement).click();
   expect(model.sent).toEqual([{ action: 'recheck', inputs: 'x=tf.constant([1., 2.])', eps: '', rtol: '', atol: '' }]);
-  model.set('fallback', { 'text/html': '<div>new</div>', 'text/plain': 'new' });
   model.set('report', fixtures.scaled_square);
   expect(el.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails');
-  expect(announced).toEqual([{ [MIME_TYPE]: fixtures.scaled_square, 'text/html': '<div>new</div>', 'text/plain': 'new' }]);
+  const data = { [MIME_TYPE]: fixtures.scaled_square, 'text/html': '<div>new</div>', 'text/plain': 'new' };
+  model.receive({ gradmagic: 'saved', data });
+  expect(announced).toEqual([data]);
   cleanup();
   model.set('report', fixtures.log1pexp);
   expect(el.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails'); // no longer listening
@@ -721,4 +798,72 @@ test('the renderer finds the live widget in the output metadata and saves a re-c
   expect(saved.data[MIME_TYPE]).toBe(fixtures.scaled_square);
   expect(saved.data['text/html']).toBe('new');
   expect(saved.metadata).toBe(metadata);
+});
+
+describe('the stub each widget model carries instead of the view', () => {
+  afterEach(() => delete viewRegistry()[VIEW_KEY]);
+
+  test('draws with the view the JupyterLab extension registered, asking the kernel nothing', async () => {
+    viewRegistry()[VIEW_KEY] = { render };
+    const { live } = liveReport();
+    const model = new FakeModel({ report: fixtures.scaled_square, view: 'report', controls: live.controls });
+    const el = document.createElement('div');
+    await stubRender({ model, el });
+    expect(el.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails');
+    expect(model.sent).toEqual([]);
+  });
+
+  test('elsewhere asks the kernel for the view once per page, and says so with the verdict meanwhile', () => {
+    const model = new FakeModel({ report: fixtures.scaled_square });
+    const other = new FakeModel({ report: fixtures.log1pexp });
+    const el = document.createElement('div');
+    void stubRender({ model, el });
+    void stubRender({ model: other, el: document.createElement('div') });
+    expect(model.sent).toEqual([{ action: 'view' }]);
+    expect(other.sent).toEqual([]); // the page's one request serves every report
+    expect(el.textContent).toContain('fails');
+    expect(el.textContent).toContain('loading from the kernel');
+  });
+});
+
+describe("a watch's report, drawn by the same view as every report", () => {
+  const watch = JSON.parse(fs.readFileSync(path.join(folder, 'watch-report.txt'), 'utf8')) as IWatchReport;
+  const said = JSON.parse(fs.readFileSync(path.join(folder, 'python-watch.txt'), 'utf8'));
+
+  test('says what the Python renderers say: summary, time, non-finite lines, rows, what each op received', () => {
+    expect(readWatchReport(watch)).toBe(watch);
+    expect(watchSummary(watch)).toBe(said.summary);
+    expect(watchTime(watch)).toBe(said.time);
+    expect(nonFiniteLines(watch)).toEqual(said.nonfinite_lines);
+    expect(watch.watched.map(watchRow)).toEqual(said.rows);
+    expect(watch.watched.map(watchedOpLines)).toEqual(said.op_lines);
+    expect(formatG4(0.49921)).toBe('0.4992');
+    expect(formatG4(-3)).toBe('-3');
+    expect(formatG4(1.5e-5)).toBe('1.5e-05');
+    expect(formatG4(123456)).toBe('1.235e+05');
+  });
+
+  test('shows a table of the ops, each op\'s own report one click away under its row', () => {
+    const view = watchView(watch);
+    expect(view.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails');
+    const rows = Array.from(view.querySelectorAll('tr.jp-gradmagic-watch-row')) as HTMLElement[];
+    expect(rows.map(row => row.dataset.op)).toEqual(['fine', 'doubled', 'row_norm']);
+    const details = view.querySelector("details.jp-gradmagic-watch-details[data-op='doubled']") as HTMLDetailsElement;
+    expect(details.querySelector('.jp-gradmagic-report')).toBeNull(); // drawn when first opened
+    details.open = true;
+    details.dispatchEvent(new Event('toggle'));
+    const report = details.querySelector('.jp-gradmagic-report') as HTMLElement;
+    expect(report.querySelector('.jp-gradmagic-badge')!.textContent).toBe('fails');
+    expect(report.querySelector('.jp-gradmagic-problem')!.getAttribute('data-code')).toBe('fd-mismatch');
+  });
+
+  test('the renderer draws a saved watch report, and the widget a live one, with that view', async () => {
+    const renderer = new ReportRenderer({} as never);
+    await renderer.renderModel({ data: { [WATCH_MIME_TYPE]: watch }, metadata: {}, trusted: true, setData: () => undefined } as never);
+    expect(renderer.node.querySelectorAll('tr.jp-gradmagic-watch-row').length).toBe(3);
+    const el = document.createElement('div');
+    render({ model: new FakeModel({ report: watch, view: 'watch' }), el });
+    expect(el.querySelector('.jp-gradmagic-watch .jp-gradmagic-headline')!.textContent).toBe(said.summary);
+    expect(reportRendererFactory().mimeTypes).toContain(WATCH_MIME_TYPE);
+  });
 });
