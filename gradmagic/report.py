@@ -297,7 +297,11 @@ class Graph:
         return dataclasses.replace(self, nodes=tuple(nodes.values()), edges=tuple(edges.values()))
 
     def __repr__(self) -> str:
-        return f"<Graph: {len(self.nodes)} nodes, {len(self.edges)} edges, {self.saved_tensors} saved tensors>"
+        saved = self.saved_tensors
+        return (
+            f"<Graph: {len(self.nodes)} node{'s' * (len(self.nodes) != 1)}, {len(self.edges)} "
+            f"edge{'s' * (len(self.edges) != 1)}, {saved} saved tensor{'s' * (saved != 1)}>"
+        )
 
 
 @dataclass(frozen=True)

@@ -443,3 +443,11 @@ def test_float32_only_op_a_wrong_element_of_a_small_gradient_is_caught_and_locat
         report = gradmagic.check(leaky_wrong_at(element), x)
         assert report.codes() == ["fd-mismatch"], (element, report)
         assert [e.index for e in report.numerics.worst][:1] == [(element,)]
+
+
+def test_a_constant_factor_is_named_only_where_it_explains_every_wrong_element():
+    x = tf.constant([0.5, 1.0, 1.5, 2.0], tf.float64)
+    varying = gradmagic.check(lambda x: (tf.sin(x), lambda u: u * tf.cos(x) * (1 + 1e-4 * x)), x)
+    assert "fd-mismatch" in varying.codes() and "constant factor" not in problem(varying, "fd-mismatch").message
+    constant = gradmagic.check(lambda x: (tf.sin(x), lambda u: u * tf.cos(x) * 1.5), x)
+    assert "1.5 times the finite differences: a constant factor is off" in problem(constant, "fd-mismatch").message

@@ -55,7 +55,8 @@ def _gradients_have_the_inputs_shapes(run: CheckRun) -> bool:
             "grad-shape",
             "error",
             f"The gradient taken through the custom gradients that `{findings.name}` reaches{_reached(run)} has "
-            f"{found} elements where its inputs ({inputs}) have {columns.size}: a custom gradient returns a gradient "
+            f"{found} element{'s' * (found != 1)} where its inputs ({inputs}) have {columns.size}: a custom gradient "
+            "returns a gradient "
             "of another shape than its input, and the framework passed it on without a check. After a broadcast, "
             "sum the gradient over the broadcast axes (and reshape it to the input's shape).",
         )
