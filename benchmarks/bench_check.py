@@ -393,7 +393,51 @@ def verdict_bugs() -> list:
         ("gradient with a side effect", counting, [vector], None),
         ("5/3 too large, eps=0", five_thirds, [vector], None, {"eps": 0.0}),
         ("5/3 too large, rtol=-1", five_thirds, [vector], None, {"rtol": -1.0}),
+        ("5/3 too large, rtol=1e6", five_thirds, [vector], None, {"rtol": 1e6}),
+        ("5/3 too large, eps=1e-15 (rounding)", five_thirds, [vector.astype(np.float64)], None, {"eps": 1e-15}),
+        ("float32-only, 1 of 10,000 x1.1, small gradient", *float32_only_small(10_000, 7), (7,)),
+        ("layer reaching a wrong-shaped gradient", WrongShapeLayer(), [vector[:3]], None),
+        ("sqrt at 0, wrong elsewhere (projection)", wrong_sqrt, [sqrt_inputs], None),
     ]
+
+
+def float32_only_small(n: int, element: int):
+    """(op, inputs): tf.where with Python floats (float32 only); `element` has a gradient ten times smaller (x < 0)
+    and 1.1 times too large."""
+    values = RNG.standard_normal(n).astype(np.float32)
+    values[element] = -abs(values[element])
+
+    @tf.custom_gradient
+    def leaky(x):
+        slope = tf.where(x > 0, 1.0, 0.1)
+
+        def grad(u):
+            return tf.tensor_scatter_nd_update(u * slope, [[element]], [u[element] * slope[element] * 1.1])
+
+        return x * slope, grad
+
+    return leaky, [values]
+
+
+class WrongShapeLayer(tf.Module):
+    """A layer whose call reaches a custom gradient returning [1, 3] for a [3] input (as many elements)."""
+
+    @tf.custom_gradient
+    def op(self, x):
+        return x * x, lambda dy: dy * 2.0 * x[None, :]
+
+    def __call__(self, x):
+        return self.op(x) * 1.0
+
+
+@tf.custom_gradient
+def wrong_sqrt(x):  # 0.6 where 0.5 is right; at 0 the finite differences are NaN
+    y = tf.sqrt(x)
+    return y, lambda dy: dy * tf.where(x > 0, 0.6 / tf.sqrt(tf.where(x > 0, x, 1.0)), 0.0)
+
+
+sqrt_inputs = np.abs(RNG.standard_normal(1000)) + 0.1
+sqrt_inputs[[3, 500]] = 0.0
 
 
 def verdict_correct() -> list:
