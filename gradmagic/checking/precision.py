@@ -104,9 +104,12 @@ def gradient_rounding(run: CheckRun, layout: Layout) -> float:
     function is written with its constants in that float (`ops.cast(0.7978845608, x.dtype)`, `3 * k` computed in
     float16), which PyTorch and JAX mix into float64 inputs as they are: its gradient is then as exact as that
     float, while finite differences in float64 see the derivative to 1e-10. Judged at its own precision, rounding is
-    no mismatch, and a wrong factor (1.1 times) far beyond it still is."""
+    no mismatch, and a wrong factor (1.1 times) far beyond it still is. TensorFlow, which refuses mixed floats, runs
+    an op it accepts cast up in the wider float throughout: nothing there."""
     own = run.precision(run.layout)
-    if layout is run.layout or machine_epsilon(own) <= machine_epsilon(run.precision(layout)):
+    if not run.adapter.mixes_floats or layout is run.layout:
+        return 0.0
+    if machine_epsilon(own) <= machine_epsilon(run.precision(layout)):
         return 0.0
     return GRADIENT_ROUNDINGS * machine_epsilon(own)
 

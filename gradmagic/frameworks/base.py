@@ -234,6 +234,10 @@ class Adapter(abc.ABC):
     #: Whether a `%%custom_gradient` cell run again unchanged keeps its op, and with it the op's traces (see
     #: `source.unchanged_definition`; the values it reads pinned with `by_reference`).
     keeps_unchanged_ops: bool = False
+    #: Whether the framework mixes a narrower float into wider arithmetic as it is (PyTorch's and JAX's type
+    #: promotion): an op gradmagic casts up may then keep constants of its own precision in its gradient function.
+    #: TensorFlow refuses mixed floats, so an op it runs cast up computes in the wider float throughout.
+    mixes_floats: bool = False
 
     # -- ops ----------------------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ class KerasAdapter(Adapter):
 
     name = "keras"
     decorator = "keras.ops.custom_gradient"
+    mixes_floats = True
 
     def decorate(self, function: Callable) -> Callable:
         """Decorate with `keras.ops.custom_gradient`; the op also takes keyword arguments, as constants."""
