@@ -1,5 +1,6 @@
 """The report's view in a real JupyterLab and headless Chromium: the size of what the browser loads (the JupyterLab
-extension, and the live widget's view that travels with each widget), and the time from a report's arrival in the
+extension; the live widget's view, which the extension registers on the page or the kernel sends once per page; and
+the stub each widget's model carries), and the time from a report's arrival in the
 browser to its first paint, for a report whose gradient graph has about 200 nodes: drawn from the saved data by the
 extension, and live by the kernel's widget (the same view, with its controls).
 
@@ -117,7 +118,9 @@ def main() -> None:
     built = ROOT / "gradmagic" / "labextension"
     size = sum(f.stat().st_size for f in built.rglob("*") if f.is_file())
     scripts = sum(f.stat().st_size for f in (built / "static").glob("*.js"))
-    widget = {name: (ROOT / "gradmagic" / "static" / name).stat().st_size for name in ("widget.js", "widget.css")}
+    widget = {
+        name: (ROOT / "gradmagic" / "static" / name).stat().st_size for name in ("widget.js", "widget.css", "stub.js")
+    }
     root = STATE / "notebooks"
     root.mkdir()
     write_notebook(root / "bench.ipynb", [CELL, ""])
@@ -140,8 +143,9 @@ def main() -> None:
     nodes = int(drawn)
     ext, html, live = (statistics.median(runs) for runs in (extension, anchor, widget_runs))
     print(f"built extension: {size / 1024:.1f} KiB in all, {scripts / 1024:.1f} KiB of JavaScript")
-    print(f"live widget's view (in each widget's model): {widget['widget.js'] / 1024:.1f} KiB of JavaScript, "
-          f"{widget['widget.css'] / 1024:.1f} KiB of CSS")
+    print(f"live widget's view (once per page): {widget['widget.js'] / 1024:.1f} KiB of JavaScript, "
+          f"{widget['widget.css'] / 1024:.1f} KiB of CSS; in each widget's model, its stub: "
+          f"{widget['stub.js'] / 1024:.1f} KiB")
     print(f"report with a {nodes}-node gradient graph, arrival to first paint, median of {RUNS} (min-max):")
     print(f"  saved report, the extension's view:      {ext:7.1f} ms ({min(extension):.1f}-{max(extension):.1f})")
     print(f"  live report, the widget's view:          {live:7.1f} ms ({min(widget_runs):.1f}-{max(widget_runs):.1f})")
