@@ -84,7 +84,9 @@ def live(run):
     import gradmagic
     shown = gradmagic.widget(report)
     view = {{"version_major": 2, "version_minor": 1, "model_id": shown.model_id}}
-    display({{"application/vnd.jupyter.widget-view+json": view, "text/plain": f"gradmagic-bench-run {{run}}"}}, raw=True)
+    display(
+        {{"application/vnd.jupyter.widget-view+json": view, "text/plain": f"gradmagic-bench-run {{run}}"}}, raw=True
+    )
 """
 
 

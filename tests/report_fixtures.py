@@ -121,7 +121,11 @@ def reports() -> dict[str, Report]:
         # Swept over [-2.5, 2.5]: sweep points fall on round's jumps at +-0.5, +-1.5 and +-2.5 (both ends),
         # where finite differences are the jump over 2h (off scale).
         "straight_through": gradmagic.check(
-            tf.custom_gradient(quantise), tf.constant(QUANTISE_INPUT), surrogate=True, sweep=True, sweep_range=(-2.5, 2.5)
+            tf.custom_gradient(quantise),
+            tf.constant(QUANTISE_INPUT),
+            surrogate=True,
+            sweep=True,
+            sweep_range=(-2.5, 2.5),
         ),
         "gradient_reversal": gradmagic.check(
             tf.custom_gradient(reverse_gradient), tf.constant(QUANTISE_INPUT), sweep=True

@@ -326,7 +326,8 @@ def test_no_edge_runs_through_another_node():
     centres = np.array(list(layout.positions.values()))
     ids = list(layout.positions)
     for edge in drawn.edges:
-        path = [layout.positions[edge.source], *bends.get((edge.source, edge.target), ()), layout.positions[edge.target]]
+        bent = bends.get((edge.source, edge.target), ())
+        path = [layout.positions[edge.source], *bent, layout.positions[edge.target]]
         others = centres[[k for k, node_id in enumerate(ids) if node_id not in (edge.source, edge.target)]]
         assert path_clear(path, others), f"{edge.source} -> {edge.target} crosses a node"
     data = graph_layout(graph).routes

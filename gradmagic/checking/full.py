@@ -103,7 +103,8 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     # An element is judged when every entry of its column is: a zero judged beside a derivative that could not be
     # (an element-wise op's diagonal at the edge of its domain) judges nothing of it.
     if not judged.all(axis=0).any() and not mismatched.any():
-        why = "finite differences are rounding" if rounded.any() and not unjudged.any() else "finite differences are NaN/Inf"
+        rounding_only = rounded.any() and not unjudged.any()
+        why = "finite differences are rounding" if rounding_only else "finite differences are NaN/Inf"
         return Numerics(mode="skipped", skipped_because=f"no element could be judged: {why}")
     _confirm_none_gradients(findings, columns, numerical_t, tolerance_t, judged.T)
     if mismatched.any():

@@ -378,9 +378,9 @@ def _report_edge(run: CheckRun, z: np.ndarray, steps: np.ndarray, edge: np.ndarr
         "warning",
         f"Finite differences are NaN/Inf at {edge.size} element{'s' if edge.size > 1 else ''} ({listed}"
         f"{' ...' if edge.size > LISTED else ''}): the forward is not finite within a step of "
-        f"{element_label(name, index)} = {z[column]:.6g} (h = {steps[column]:.3g}), at the edge of its domain (a square "
-        "root or a logarithm at zero, say). The custom gradient there could not be judged, and the other elements "
-        "were judged without them; check the op at points inside its domain too.",
+        f"{element_label(name, index)} = {z[column]:.6g} (h = {steps[column]:.3g}), at the edge of its domain (a "
+        "square root or a logarithm at zero, say). The custom gradient there could not be judged, and the other "
+        "elements were judged without them; check the op at points inside its domain too.",
         input=name,
         index=index,
     )

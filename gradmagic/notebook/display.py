@@ -52,23 +52,30 @@ def report_bundle(report: Report) -> tuple[dict[str, Any], dict[str, Any]]:
     def views(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
         data: dict[str, Any] = {MIME_TYPE: _view("data", report.to_dict), "text/plain": text}
         data["text/html"] = _view("HTML view", render_html, report)
-        metadata: dict[str, Any] = {}
-        running_kernel = kernel()
-        front_end = front_end_of(running_kernel)
-        if front_end is not None:
-            shown = _view("live widget", _adopted_widget, report, running_kernel)
-            if front_end == "jupyterlab":
-                metadata[MIME_TYPE] = {"model_id": shown.model_id}
-            else:
-                data[_VIEW] = {"version_major": 2, "version_minor": 1, "model_id": shown.model_id}
-        return data, metadata
+        return data, _with_live_widget(data, MIME_TYPE, lambda: widget(report))
 
     return _views_or_text(report, render_text, views, with_metadata=True)
 
 
-def _adopted_widget(report: Report, running_kernel: Any):
-    """The report's live widget, closed with its cell (closed at once if that fails)."""
-    shown = widget(report)
+def _with_live_widget(data: dict[str, Any], mime_type: str, make: Callable[[], Any]) -> dict[str, Any]:
+    """In a notebook front-end, the live widget `make()` returns, closed with its cell: its model id in the output's
+    metadata under `mime_type` for JupyterLab and Notebook 7 (returned), the widget view in `data` elsewhere; the
+    output's metadata."""
+    metadata: dict[str, Any] = {}
+    running_kernel = kernel()
+    front_end = front_end_of(running_kernel)
+    if front_end is not None:
+        shown = _view("live widget", _adopted, make, running_kernel)
+        if front_end == "jupyterlab":
+            metadata[mime_type] = {"model_id": shown.model_id}
+        else:
+            data[_VIEW] = {"version_major": 2, "version_minor": 1, "model_id": shown.model_id}
+    return metadata
+
+
+def _adopted(make: Callable[[], Any], running_kernel: Any):
+    """The widget `make()` returns, closed with its cell (closed at once if that fails)."""
+    shown = make()
     try:
         CELLS.adopt(shown, running_kernel)
     except BaseException:
@@ -140,31 +147,16 @@ def watch_bundle(report: WatchReport) -> tuple[dict[str, Any], dict[str, Any]]:
             "text/plain": text,
             "text/html": _view("HTML view", render_watch_html, report),
         }
-        metadata: dict[str, Any] = {}
-        running_kernel = kernel()
-        front_end = front_end_of(running_kernel)
-        if front_end is not None:
-            shown = _view("live widget", _adopted_watch_widget, report, running_kernel)
-            if front_end == "jupyterlab":
-                metadata[WATCH_MIME_TYPE] = {"model_id": shown.model_id}
-            else:
-                data[_VIEW] = {"version_major": 2, "version_minor": 1, "model_id": shown.model_id}
-        return data, metadata
+        return data, _with_live_widget(data, WATCH_MIME_TYPE, lambda: _watch_widget(report))
 
     return _views_or_text(report, render_watch_text, views, with_metadata=True)
 
 
-def _adopted_watch_widget(report: WatchReport, running_kernel: Any):
-    """The watch's live widget, closed with its cell (closed at once if that fails)."""
+def _watch_widget(report: WatchReport):
+    """A new live widget for a watch's report (anywidget is imported when a widget is first shown)."""
     from gradmagic.render.widget import WatchWidget
 
-    shown = WatchWidget(report)
-    try:
-        CELLS.adopt(shown, running_kernel)
-    except BaseException:
-        shown.close()
-        raise
-    return shown
+    return WatchWidget(report)
 
 
 def graph_bundle(graph: Graph) -> dict[str, Any]:

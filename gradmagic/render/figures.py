@@ -310,9 +310,8 @@ def sweep_svg(sweep: Sweep, surrogate: bool = False) -> str:
         for top, bottom in (VALUE_PANEL, DERIVATIVE_PANEL):
             parts.append(line(x(tick), top, x(tick), bottom, f'stroke="{GRID}" stroke-width="0.6"'))
         parts.append(text(format_number(tick), x(tick), DERIVATIVE_PANEL[1] + 14, 10, anchor="middle"))
-    parts.append(
-        text(f"{element} (finite differences in {sweep.numerical_dtype})", middle, DERIVATIVE_PANEL[1] + 34, 11, "middle")
-    )
+    axis_label = f"{element} (finite differences in {sweep.numerical_dtype})"
+    parts.append(text(axis_label, middle, DERIVATIVE_PANEL[1] + 34, 11, "middle"))
     step = (xs[-1] - xs[0]) / (xs.size - 1) if xs.size > 1 else 0.0
     for label, series, (top, bottom), name in shaded:
         for first, last in non_finite_runs(series):
@@ -328,13 +327,16 @@ def sweep_svg(sweep: Sweep, surrogate: bool = False) -> str:
             parts.append(line(x(at), top, x(at), bottom, style))
     parts.append(text(f"example {format_number(sweep.example)}", x(sweep.example) + 3, DERIVATIVE_PANEL[1] - 4, 10))
     value_y = _scale(value_range, (VALUE_PANEL[1], VALUE_PANEL[0]))
-    parts.append(f'<path d="{_path(xs, np.array([value_y(v) for v in values]))}" fill="none" {SERIES_STYLE["output"]}/>')
+    output_path = _path(xs, np.array([value_y(v) for v in values]))
+    parts.append(f'<path d="{output_path}" fill="none" {SERIES_STYLE["output"]}/>')
     derivative_y = _scale(derivative_range, (DERIVATIVE_PANEL[1], DERIVATIVE_PANEL[0]))
     for name, series in derivatives:
         d = _path(xs, np.array([derivative_y(v) for v in series]))
         parts.append(f'<path d="{d}" fill="none" stroke-linejoin="round" {SERIES_STYLE[name]}/>')
     for i in np.flatnonzero(off_scale):
-        parts.append(f'<path d="{JUMP_MARKER}" fill="#1a7f37" transform="translate({xs[i]:.1f} {DERIVATIVE_PANEL[0]})"/>')
+        parts.append(
+            f'<path d="{JUMP_MARKER}" fill="#1a7f37" transform="translate({xs[i]:.1f} {DERIVATIVE_PANEL[0]})"/>'
+        )
     for top, bottom in (VALUE_PANEL, DERIVATIVE_PANEL):
         parts.append(
             f'<rect x="{LEFT}" y="{top}" width="{WIDTH - LEFT - RIGHT}" height="{bottom - top}" fill="none" '

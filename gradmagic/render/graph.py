@@ -100,7 +100,8 @@ def edge_path(points: list[tuple[float, float]], source_half: float, target_half
             math.hypot(ends[i + 1][0] - ends[i][0], ends[i + 1][1] - ends[i][1]) / 2,
         )
         d += f" L{ends[i][0] + before[0] * radius:.1f},{ends[i][1] + before[1] * radius:.1f}"
-        d += f" Q{ends[i][0]:.1f},{ends[i][1]:.1f} {ends[i][0] + after[0] * radius:.1f},{ends[i][1] + after[1] * radius:.1f}"
+        corner, leaving = ends[i], (ends[i][0] + after[0] * radius, ends[i][1] + after[1] * radius)
+        d += f" Q{corner[0]:.1f},{corner[1]:.1f} {leaving[0]:.1f},{leaving[1]:.1f}"
     d += f" L{ends[-1][0]:.1f},{ends[-1][1]:.1f}"
     segments = list(zip(ends, ends[1:]))
     a, b = max(segments, key=lambda s: math.hypot(s[1][0] - s[0][0], s[1][1] - s[0][1]))

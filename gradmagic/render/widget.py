@@ -134,7 +134,8 @@ class ReportWidget(anywidget.AnyWidget):
         try:
             text, overrides = self._request(action, content)
         except ValueError as error:
-            self.status = _status(message=f"Not {'re-checked' if action == 'recheck' else 'swept'}: {error}", error=True)
+            done = "re-checked" if action == "recheck" else "swept"
+            self.status = _status(message=f"Not {done}: {error}", error=True)
             return
         started = time.perf_counter()
         self.status = _status(running=True, message="checking…")
