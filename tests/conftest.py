@@ -251,3 +251,30 @@ def interrupted(manager, client, code: str, after: float = 5) -> dict:
     # a request sent the instant the error's reply arrives can land before that callback runs.
     time.sleep(1)
     return content
+
+
+# -- the browser tests' (test_browser*.py): a real headless Chromium and a real JupyterLab ------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium through Playwright, for the module."""
+    from jupyterlab_server import CHROMIUM, launch_chromium
+    from playwright.sync_api import sync_playwright
+
+    assert os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is missing: ./dev test installs Debian's chromium"
+    with sync_playwright() as playwright:
+        chromium = launch_chromium(playwright)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def lab(folders):
+    """JupyterLab (and Notebook 7, the same server) in the module's `folders`, saving widget state with notebooks as
+    users can ask it to."""
+    from jupyterlab_server import JupyterLab
+
+    root, state = folders
+    with JupyterLab(root, state / "server", save_widget_state=True) as server:
+        yield server

@@ -23,9 +23,7 @@ import report_fixtures
 import tensorflow as tf
 from conftest import ISOLATED_ENV
 from jupyterlab_server import (
-    CHROMIUM,
     JupyterLab,
-    launch_chromium,
     open_in_notebook7,
     open_notebook,
     run_cell,
@@ -84,25 +82,6 @@ def folders(tmp_path_factory):
     base = tmp_path_factory.mktemp("jupyterlab")
     (base / "notebooks").mkdir()
     return base / "notebooks", base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    assert os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is missing: ./dev test installs Debian's chromium"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
-def lab(folders):
-    """JupyterLab (and Notebook 7, the same server), saving widget state with notebooks as users can ask it to."""
-    root, state = folders
-    with JupyterLab(root, state / "server", save_widget_state=True) as server:
-        yield server
 
 
 @pytest.fixture

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 from jupyterlab_server import (
-    CHROMIUM,
     JupyterLab,
-    launch_chromium,
     open_in_notebook7,
     open_notebook,
     run_cell,
@@ -130,24 +128,6 @@ def folders(tmp_path_factory):
     base = tmp_path_factory.mktemp("views")
     (base / "notebooks").mkdir()
     return base / "notebooks", base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: ./dev test installs Debian's chromium"
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
-def lab(folders):
-    root, state = folders
-    with JupyterLab(root, state / "server", save_widget_state=True) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
