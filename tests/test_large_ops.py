@@ -5,11 +5,16 @@ import functools
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from conftest import problem
 from report_fixtures import chain
 
 import gradmagic
+from gradmagic.checking import linearity
+from gradmagic.checking.projection import random_signs
+from gradmagic.frameworks import get_adapter
+from gradmagic.frameworks.base import Directions, Layout
 
 
 def slow_square():
@@ -65,3 +70,62 @@ def test_a_wrong_element_of_a_small_gradient_is_located_among_a_million():
     report = gradmagic.check(one_wrong, tf.constant(values))
     assert report.numerics.mode == "projection" and report.numerics.dtype == "float64"
     assert report.codes() == ["fd-mismatch"] and [e.index for e in report.numerics.worst] == [(123_457,)]
+
+
+@pytest.mark.parametrize("size, variable", [(40, False), (40, True), (70_000, False), (70_000, True)])
+def test_directions_formed_inside_the_compiled_call_are_the_dense_ones(size, variable):
+    # Projection mode hands TensorFlow its directions as factors (signs, steps, weights) at any size: vectorised at
+    # small sizes, one after the other above a few tens of thousands of elements, a loop where the forward reads a
+    # variable. Each way must give what the dense directions give, and put the variable back.
+    adapter = get_adapter("tensorflow")
+    x = tf.constant(np.linspace(-2, 2, size))
+    w = tf.Variable([0.5, -1.0, 2.0], dtype=tf.float64)
+    used = (w,) if variable else ()
+
+    def forward(x):
+        e = tf.exp(x)
+        y = tf.math.log(1 + e) * (tf.reduce_sum(w * w) if variable else 1.0)
+        return y, lambda upstream, variables=None: (upstream, [tf.zeros(3, tf.float64)]) if variable else upstream
+
+    target = adapter.resolve(tf.custom_gradient(forward))
+    layout = Layout((x,), {}, (x,), (0,), used)
+    elements = size + 3 * variable
+    rng = np.random.default_rng(1)
+    upstream, gradient = rng.standard_normal(size), rng.standard_normal(elements)
+    steps = rng.uniform(1e-5, 1e-4, elements)
+    per_element = rng.uniform(0.5, 1.5, (2, elements)).astype(np.float32)
+    for weights, rows in ((np.array([[1.0], [1.0], [2.0]], np.float32), [0, 1, 0]), (per_element, [2, 1])):
+        directions = Directions(random_signs(3, 3, elements), steps, np.array(rows, np.int32), weights, gradient)
+        dense = directions.dense()
+        along = adapter.evaluate(target, layout, directions, upstream, signs=(1.0, -1.0))
+        expected = adapter.evaluate(target, layout, dense, upstream, signs=(1.0, -1.0))
+        np.testing.assert_allclose(along[:2], expected, rtol=1e-12)
+        np.testing.assert_allclose(along[2], dense @ gradient, rtol=1e-12)
+    np.testing.assert_array_equal(w.numpy(), [0.5, -1.0, 2.0])
+
+
+MILLIONS = 1_100_000  # the linearity probes then take one upstream at a time (linearity.BATCHED)
+
+
+@pytest.mark.parametrize(
+    "name, gradient, expected",
+    [
+        ("linear", lambda upstream, x: upstream * tf.cos(x), "linear"),
+        ("squared upstream", lambda upstream, x: 2 * upstream * upstream * tf.cos(x), "nonlinear"),
+        ("clipped", lambda upstream, x: tf.clip_by_value(upstream, -0.1, 0.1) * tf.cos(x), "bounded"),
+    ],
+)
+def test_linearity_in_the_upstream_is_judged_at_millions_of_elements(name, gradient, expected):
+    assert (linearity.ROWS - 1) * MILLIONS > linearity.BATCHED
+    x = tf.constant(np.random.default_rng(0).uniform(-3, 3, MILLIONS).astype(np.float32))
+
+    def op(x):
+        return tf.sin(x), lambda upstream: gradient(upstream, x)
+
+    report = gradmagic.check(tf.custom_gradient(op), x, graph=False)
+    if expected == "linear":
+        assert report.verdict == "pass" and report.numerics.mode == "projection", report.codes()
+    else:
+        found = problem(report, "grad-nonlinear")
+        assert found.severity == "error"
+        assert ("This looks like gradient clipping" in found.message) == (expected == "bounded"), found.message

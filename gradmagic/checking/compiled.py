@@ -31,8 +31,16 @@ def take_own_precision(run: CheckRun) -> bool:
     full = run.options.numbers and run.columns.size <= run.options.full_threshold
     try:
         trial = run.vjps(layout, z[None], upstream[None], jacobian=full)
-        probes = linearity.probes(upstream, run.options.seed, run.precision(layout))
-        run.own_precision = OwnPrecision(trial, run.vjps(layout, z[None], probes, autodiff=False))
+        probes = linearity.Probes(upstream, run.options.seed, run.precision(layout))
+        if probes.batched:
+            gradients = run.vjps(layout, z[None], probes.rows(), autodiff=False).custom[0]
+            gradient_of = gradients.__getitem__
+        else:  # at millions of elements, one upstream at a time, in `check_linearity`
+
+            def gradient_of(k: int) -> np.ndarray:
+                return run.vjps(layout, z[None], probes.row(k)[None], autodiff=False).custom[0, 0]
+
+        run.own_precision = OwnPrecision(trial, gradient_of)
     except OpFailed as failed:  # the framework's own error about the user's op
         report_compiled_failure(run, failed.error)
         return False
@@ -251,8 +259,14 @@ def check_linearity(run: CheckRun) -> None:
     """`grad-nonlinear` when the custom gradient is not linear in the upstream gradient; for a declared surrogate,
     `surrogate-nonlinear` (info)."""
     precision = run.precision(run.layout)
-    found = run.linearity = linearity.judge(run.own_precision.probe_gradients, precision)
-    run.own_precision = dataclasses.replace(run.own_precision, probes=None)  # judged: not kept (5 N at millions)
+    own = run.own_precision
+    try:
+        found = run.linearity = linearity.judge(own.trial_gradient, own.probes, precision)
+    except OpFailed as failed:  # one upstream at a time (millions of elements): the op failing compiled
+        report_compiled_failure(run, failed.error)
+        return
+    finally:
+        run.own_precision = dataclasses.replace(own, probes=None)  # judged: not kept (4 N at millions)
     if found.response == "bounded":  # clipping, or a sign of the upstream: told apart by small upstreams
         z = run.z(run.layout)
         small = linearity.small_probes(flat_upstream(run, z.dtype), precision)

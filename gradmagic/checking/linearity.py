@@ -26,6 +26,7 @@ them in the op's own precision:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -59,41 +60,76 @@ class Linearity:
     expected: float = 0.0
 
 
-def probes(u1: np.ndarray, seed: int, precision: str) -> np.ndarray:
-    """[ROWS - 1, size]: the upstream vectors of the linearity probe after u1 (the check's random upstream, whose
-    gradient the check takes anyway), for an op computing in `precision`: u2, A u1 + B u2, then u1 at each scale."""
-    rows = aligned_empty((ROWS - 1, u1.size), u1.dtype)  # taken by the framework without a copy
-    drawn = rows.dtype if rows.dtype in (np.float32, np.float64) else np.float64  # what NumPy draws in directly
-    # Uniform in [-1, 1), as u1: three times cheaper to draw than normal numbers at millions of elements.
-    rows[0] = np.random.default_rng([seed, 3]).random(u1.size, dtype=drawn) * 2 - 1
-    np.multiply(u1, A, out=rows[1])
-    rows[1] += B * rows[0]
-    for row, scale in zip(rows[2:], SCALES.get(precision, DEFAULT_SCALES)):
-        np.multiply(u1, scale, out=row)
-    return rows
+#: Above this many upstream elements in all, the probes' products are taken one upstream at a time (each judged and
+#: let go before the next): four gradients of millions of elements at once would hold more memory than the check.
+BATCHED = 1 << 22
 
 
-def judge(gradients: np.ndarray, precision: str) -> Linearity:
-    """The linearity of the custom gradient from its values at u1 and the `probes` rows ([ROWS, N]), for an op
-    computing in `precision`."""
-    g1, g2, combined, *scaled = gradients
-    if not np.isfinite(gradients).all():
-        return Linearity(None)
+class Probes:
+    """The upstream vectors of the linearity probe after u1 (the check's random upstream, whose gradient the check
+    takes anyway), for an op computing in `precision`: u2, A u1 + B u2, then u1 at each scale."""
+
+    def __init__(self, u1: np.ndarray, seed: int, precision: str):
+        self.u1, self.scales = u1, SCALES.get(precision, DEFAULT_SCALES)
+        drawn = u1.dtype if u1.dtype in (np.float32, np.float64) else np.float64  # what NumPy draws in directly
+        # Uniform in [-1, 1), as u1: three times cheaper to draw than normal numbers at millions of elements.
+        self.u2 = (np.random.default_rng([seed, 3]).random(u1.size, dtype=drawn) * 2 - 1).astype(u1.dtype, copy=False)
+
+    @property
+    def batched(self) -> bool:
+        """Whether all rows are taken in one call (`rows`), else one at a time (`row`)."""
+        return (ROWS - 1) * self.u1.size <= BATCHED
+
+    def rows(self) -> np.ndarray:
+        """[ROWS - 1, size], aligned (taken by the framework without a copy)."""
+        rows = aligned_empty((ROWS - 1, self.u1.size), self.u1.dtype)
+        for k, row in enumerate(rows):
+            self.row(k, out=row)
+        return rows
+
+    def row(self, k: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Row k of `rows`."""
+        out = aligned_empty((self.u1.size,), self.u1.dtype) if out is None else out
+        if k == 0:
+            out[...] = self.u2
+        elif k == 1:
+            np.multiply(self.u1, A, out=out)
+            out += B * self.u2
+        else:
+            np.multiply(self.u1, self.scales[k - 2], out=out)
+        return out
+
+
+def judge(g1: np.ndarray, gradient_of: Callable[[int], np.ndarray], precision: str) -> Linearity:
+    """The linearity of the custom gradient from its values at u1 ([N]) and at each row k of the `Probes`
+    (`gradient_of(k)`, asked for in order and let go as soon as judged), for an op computing in `precision`."""
+    g2, combined = gradient_of(0), gradient_of(1)
+    finite = bool(np.isfinite(g1).all() and np.isfinite(g2).all() and np.isfinite(combined).all())
     expected = A * g1 + B * g2
     deviations = np.abs(combined - expected)
     worst = int(np.argmax(deviations)) if deviations.size else None
-    scale = max(float(np.max(np.abs(gradients[:3]), initial=0)), 1e-30)
+    scale = max(max(float(np.max(np.abs(part), initial=0)) for part in (g1, g2, combined)), 1e-30)
     epsilon = machine_epsilon(precision)
-    first_scale = SCALES.get(precision, DEFAULT_SCALES)[0]
-    linear = close(combined, expected, epsilon) and close(scaled[0], first_scale * g1, epsilon)
+    combines = close(combined, expected, epsilon)
+    values = (float(combined[worst]), float(expected[worst])) if worst is not None else (0.0, 0.0)
+    deviation = float(deviations.max(initial=0)) / scale
+    del g2, combined, expected, deviations
+    scaled = gradient_of(2)
+    finite = finite and bool(np.isfinite(scaled).all())
+    linear = combines and close(scaled, SCALES.get(precision, DEFAULT_SCALES)[0] * g1, epsilon)
+    first = float(np.linalg.norm(scaled))
+    del scaled
+    further = gradient_of(3)
+    finite = finite and bool(np.isfinite(further).all())
+    if not finite:
+        return Linearity(None)
     if linear:
         response = "linear"
-    elif np.linalg.norm(scaled[1]) <= 2 * np.linalg.norm(scaled[0]):
+    elif np.linalg.norm(further) <= 2 * first:
         response = "bounded"
     else:
         response = "nonlinear"
-    values = (float(combined[worst]), float(expected[worst])) if worst is not None else (0.0, 0.0)
-    return Linearity(response, float(deviations.max(initial=0)) / scale, worst, *values)
+    return Linearity(response, deviation, worst, *values)
 
 
 def small_probes(u1: np.ndarray, precision: str) -> np.ndarray:

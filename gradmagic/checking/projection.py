@@ -35,7 +35,7 @@ from gradmagic.checking import precision, surrogate
 from gradmagic.checking.differences import EPSILONS, Axis, aligned_empty, machine_epsilon, steps_for, tolerances
 from gradmagic.checking.findings import LISTED
 from gradmagic.checking.run import CheckRun
-from gradmagic.frameworks.base import Layout
+from gradmagic.frameworks.base import Directions, Layout
 from gradmagic.report import ElementComparison, Numerics, element_label
 
 #: A direction fails when its error exceeds this many times the noise floor.
@@ -107,7 +107,6 @@ class Prober:
         self.z = run.z(layout)
         self._gradient_steps: dict[float, tuple[float, float]] = {}
         self._step_magnitudes: np.ndarray | None = None
-        self._directions: np.ndarray | None = None
         self.upstream_vector = probe_upstream(run.options.seed, run.rows.size).astype(self.z.dtype, copy=False)
         vjps = run.vjps(layout, self.z[None], self.upstream_vector[None], autodiff=False)
         self.custom = vjps.custom[0, 0]
@@ -163,30 +162,24 @@ class Prober:
             np.multiply(out, weight, out=out)
         return out
 
-    def _directions_buffer(self, count: int) -> np.ndarray:
-        """[count, N] of z's dtype, aligned, kept for the check's later measurements (a fresh one at millions of
-        elements costs more in page faults than filling it)."""
-        if self._directions is None or len(self._directions) < count:
-            self._directions = aligned_empty((count, self.z.size), self.z.dtype)
-        return self._directions[:count]
-
     def measure(self, rows: list[int], weights: np.ndarray, rounding: bool = True) -> Projections:
-        """Central differences along d_t = weights_t * signs[rows_t] * steps, a few directions per compiled call.
+        """Central differences along d_t = weights_t * signs[rows_t] * steps, and the custom gradient's prediction
+        g . d_t, the directions formed inside the framework's compiled call (`Directions`).
 
-        `weights` is [T, N] (per element) or [T, 1] (one factor per direction).
-        Without `rounding`, the rounding fields are NaN.
+        `weights` is [T, N] (per element: a few rows per call, bounding its memory at millions of elements) or
+        [T, 1] (one factor per direction: all in one call). Without `rounding`, the rounding fields are NaN.
         """
         count = len(rows)
         differences, predicted = np.empty(count), np.empty(count)
-        batch = max(1, CALL_ELEMENTS // max(1, self.z.size))
+        weights = weights.astype(np.float32, copy=False)
+        batch = max(1, CALL_ELEMENTS // max(1, self.z.size)) if weights.shape[1] > 1 else count
+        rows = np.asarray(rows, np.int32)
         for start in range(0, count, batch):
             part = slice(start, start + batch)
-            directions = self._directions_buffer(min(batch, count - start))
-            for direction, row, weight in zip(directions, rows[part], weights[part]):
-                self.signed_steps(row, weight, direction)
-            plus, minus = self.run.evaluate(self.layout, directions, self.upstream_vector, signs=(1.0, -1.0))
+            directions = Directions(self.signs, self.steps, rows[part], weights[part], self.custom)
+            plus, minus, along = self.run.evaluate(self.layout, directions, self.upstream_vector, signs=(1.0, -1.0))
             differences[part] = (plus - minus) / 2
-            predicted[part] = directions @ self.custom
+            predicted[part] = along
         # sum |g_i d_i| = |weight| . (|g| h), the signs being +-1.
         if weights.shape[1] == 1:
             magnitude = np.abs(weights[:, 0]) * float(self.step_magnitudes.sum())
@@ -201,6 +194,9 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     autodiff-nonfinite problems."""
     options, findings = run.options, run.findings
     probes = options.probes
+    rescued = _autodiff_rescued(run)
+    if layout is not run.layout:
+        run.release_z(run.layout)
     z = run.z(layout)
     dtype = run.precision(layout)
     epsilon = machine_epsilon(dtype)
@@ -322,7 +318,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
             if options.surrogate and noise_floor <= unjudgeable and not unmeasured:
                 surrogate.report_declared_match(findings)
             _report_resolution(run, layout, prober, seen, dtype, (rtol, atol), threshold, unmeasured)
-    _report_autodiff(run)
+    _report_autodiff(run, rescued)
     return Numerics(
         mode="projection",
         dtype=dtype,
@@ -621,7 +617,10 @@ def random_signs(seed: int | np.random.Generator, rows: int, size: int) -> np.nd
     """[rows, size] of +-1 (int8), from random bits: ten times cheaper than drawing numbers at a million."""
     generator = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     bits = np.unpackbits(np.frombuffer(generator.bytes((rows * size + 7) // 8), np.uint8))
-    return (bits[: rows * size].astype(np.int8) * 2 - 1).reshape(rows, size)
+    signs = aligned_empty((rows, size), np.int8)  # taken by the framework without a copy
+    np.multiply(bits[: rows * size].reshape(rows, size), 2, out=signs, casting="unsafe")
+    signs -= 1
+    return signs
 
 
 class _Locator:
@@ -868,23 +867,33 @@ def _report_mismatch(
     )
 
 
-def _report_autodiff(run: CheckRun) -> None:
+def _autodiff_rescued(run: CheckRun) -> tuple[int, int] | None:
+    """Where the framework's own gradient is NaN/Inf and the custom one is not, in the op's own precision for the
+    trial's random upstream (taken by `compiled.py`): (how many elements, the first), or None. Taken once; the
+    own-precision products are then let go (N-sized arrays at millions of elements that projection mode does not
+    need again)."""
+    own = run.own_precision
+    if own is not None:
+        trial, run.own_precision = own.trial, None
+        run.autodiff_rescued = None
+        if trial.autodiff is not None:
+            with np.errstate(all="ignore"):
+                rescued = ~np.isfinite(trial.autodiff[0, 0]) & np.isfinite(trial.custom[0, 0])
+            if rescued.any():
+                run.autodiff_rescued = (int(rescued.sum()), int(np.flatnonzero(rescued)[0]))
+    return run.autodiff_rescued
+
+
+def _report_autodiff(run: CheckRun, rescued: tuple[int, int] | None) -> None:
     """autodiff-nonfinite: the framework's own gradient is NaN/Inf (in the op's own precision), the custom one not."""
-    # In the op's own precision, for the trial's random upstream (taken by `compiled.py`): where its autodiff fails.
-    own = run.own_precision.trial
-    if own.autodiff is None:
-        return
-    custom, autodiff = own.custom[0, 0], own.autodiff[0, 0]
-    with np.errstate(all="ignore"):
-        rescued = ~np.isfinite(autodiff) & np.isfinite(custom)
-    if rescued.any():
-        element = int(np.flatnonzero(rescued)[0])
+    if rescued is not None:
+        count, element = rescued
         name, index = run.columns.label(element)
         run.findings.add(
             "autodiff-nonfinite",
             "info",
-            f"{run.findings.wording.autodiff} of the forward is NaN/Inf at {int(rescued.sum())} element"
-            f"{'s' if rescued.sum() > 1 else ''} (first at {element_label(name, index)}), where the custom gradient is "
+            f"{run.findings.wording.autodiff} of the forward is NaN/Inf at {count} element"
+            f"{'s' if count > 1 else ''} (first at {element_label(name, index)}), where the custom gradient is "
             "finite: the custom gradient fixes it.",
             input=name,
             index=index,

@@ -20,7 +20,7 @@ from gradmagic.checking.findings import Findings
 from gradmagic.checking.linearity import Linearity
 from gradmagic.checking.options import CheckOptions
 from gradmagic.checking.side_effects import StateWatch
-from gradmagic.frameworks.base import Adapter, Layout, RawGraph, Target, TensorMeta, Vjps
+from gradmagic.frameworks.base import Adapter, Directions, Layout, RawGraph, Target, TensorMeta, Vjps
 from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
 
 
@@ -65,10 +65,12 @@ class Trial:
 class OwnPrecision:
     """The vector-Jacobian products at the example point in the op's own precision: for the trial's upstream (u1),
     through the custom gradient and autodiff, then in full mode every one-hot upstream (the Jacobian); and, custom
-    only, for the other linearity probes (`linearity.probes`)."""
+    only, for the other linearity probes (`linearity.Probes`)."""
 
     trial: Vjps
-    probes: Vjps | None  # None once linearity is judged
+    #: The custom gradient at each row k of the linearity `Probes` (taken in the same call, or when asked for at
+    #: millions of elements); None once linearity is judged.
+    probes: Callable[[int], np.ndarray] | None
 
     @property
     def outputs(self) -> np.ndarray:
@@ -77,11 +79,6 @@ class OwnPrecision:
     @property
     def trial_gradient(self) -> np.ndarray:
         return self.trial.custom[0, 0]
-
-    @property
-    def probe_gradients(self) -> np.ndarray:
-        """[ROWS, N]: the custom gradient at u1, then at each probe."""
-        return np.concatenate([self.trial.custom[0, :1], self.probes.custom[0]])
 
     @property
     def jacobian(self) -> Vjps | None:
@@ -118,6 +115,9 @@ class CheckRun:
     #: coarser than z's dtype there; steps and tolerances follow it.
     effective: str | None = None
     own_precision: OwnPrecision | None = None  # taken once, compared with the trial, judged for linearity, reused
+    #: Where autodiff in the op's own precision is NaN/Inf and the custom gradient not: (elements, the first), taken
+    #: from `own_precision` by projection mode, which then lets it go.
+    autodiff_rescued: tuple[int, int] | None = None
     linearity: Linearity | None = None
     #: What the framework raised when autodiff of the forward was taken beside the custom gradient, which alone
     #: worked (see `vjps`); autodiff is left out since.
@@ -152,15 +152,35 @@ class CheckRun:
         parts = [np.ravel(to_numpy(leaf)) for leaf in layout.perturbed] + [
             np.ravel(to_numpy(v)) for v in layout.variables
         ]
-        z = aligned_concatenate(parts, working_dtype(*[part.dtype for part in parts]))
+        dtype = working_dtype(*[part.dtype for part in parts])
+        alone = parts[0] if len(parts) == 1 else None
+        if alone is not None and alone.dtype == dtype and alone.flags.c_contiguous and alone.ctypes.data % 64 == 0:
+            z = alone  # the input's own memory (read-only where the framework's): no copy of millions of elements
+        else:
+            z = aligned_concatenate(parts, dtype)
         self._z[id(layout)] = (layout, z)
         return z
 
+    def release_z(self, layout: Layout) -> None:
+        """Let go of z at `layout` (read again if asked for): N elements a later phase does not need."""
+        self._z.pop(id(layout), None)
+
     def evaluate(
-        self, layout: Layout, offsets: np.ndarray, upstream: np.ndarray | None = None, signs: tuple = (1.0,)
+        self,
+        layout: Layout,
+        offsets: np.ndarray | Directions,
+        upstream: np.ndarray | None = None,
+        signs: tuple = (1.0,),
     ) -> np.ndarray:
-        """`Adapter.evaluate` of this check's op; what it raises, as `OpFailed`."""
-        return self._op_call(self.adapter.evaluate, layout, offsets, upstream, signs)
+        """`Adapter.evaluate` of this check's op; what it raises, as `OpFailed`. `Directions` reach an adapter that
+        does not take them as their dense values (and their product with the gradient is taken here)."""
+        if not isinstance(offsets, Directions) or self.adapter.takes_directions:
+            return self._op_call(self.adapter.evaluate, layout, offsets, upstream, signs)
+        dense = offsets.dense()
+        values = self._op_call(self.adapter.evaluate, layout, dense, upstream, signs)
+        if offsets.gradient is None:
+            return values
+        return np.concatenate([values, (dense @ offsets.gradient)[None]])
 
     def vjps(
         self, layout: Layout, points: np.ndarray, upstreams: np.ndarray, autodiff: bool = True, jacobian: bool = False

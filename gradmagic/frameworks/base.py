@@ -150,6 +150,30 @@ class Vjps:
 
 
 @dataclass(frozen=True)
+class Directions:
+    """T directions in z given by their factors, for `Adapter.evaluate` at millions of elements: direction t is
+    `weights[t] * signs[rows[t]] * steps`, so that no [T, N] block of float64 values is built where the framework can
+    form each direction inside its compiled call (`Adapter.takes_directions`); `dense` builds them elsewhere."""
+
+    signs: np.ndarray  # [R, N] int8 of +-1
+    steps: np.ndarray  # [N], in z's dtype
+    rows: np.ndarray  # [T] int32: the row of `signs` each direction takes
+    weights: np.ndarray  # [T, N] (per element) or [T, 1] (one factor per direction), float32
+    #: [N] in z's dtype, or None: contracted with each direction too (`gradient . d_t`, a custom gradient's prediction)
+    gradient: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def dense(self) -> np.ndarray:
+        """[T, N]: the directions' values, in the steps' dtype."""
+        values = self.signs[self.rows].astype(self.steps.dtype)
+        values *= self.steps
+        values *= self.weights
+        return values
+
+
+@dataclass(frozen=True)
 class RawOp:
     """One op of a traced forward-and-backward graph, classified by the adapter."""
 
@@ -238,6 +262,9 @@ class Adapter(abc.ABC):
     #: promotion): an op gradmagic casts up may then keep constants of its own precision in its gradient function.
     #: TensorFlow refuses mixed floats, so an op it runs cast up computes in the wider float throughout.
     mixes_floats: bool = False
+    #: Whether `evaluate` takes `Directions` and forms each direction inside its compiled call; elsewhere the check
+    #: engine hands it the dense directions (`CheckRun.evaluate`).
+    takes_directions: bool = False
 
     # -- ops ----------------------------------------------------------------------------------------------------
 
@@ -371,14 +398,17 @@ class Adapter(abc.ABC):
         self,
         target: Target,
         layout: Layout,
-        offsets: np.ndarray,
+        offsets: np.ndarray | Directions,
         upstream: np.ndarray | None = None,
         signs: tuple[float, ...] = (1.0,),
     ) -> np.ndarray:
         """The forward alone (`target.forward`, no custom gradient) at the layout's example point z displaced by each
         row of `offsets` ([P, N]) times each of `signs`, in one compiled call: [S, P, M], the floating outputs
         flattened in z's dtype; with `upstream` ([M]), each contracted with it: [S, P], so that millions of outputs
-        need not come back. A point sets the variables from its tail; they are put back after."""
+        need not come back. A point sets the variables from its tail; they are put back after.
+
+        Where `takes_directions`, `offsets` may be `Directions` (with `upstream`): [S, P], and with their `gradient`
+        one more row, each direction's product with it."""
 
     @abc.abstractmethod
     def vjps(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -14,6 +15,7 @@ from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which t
 
 from gradmagic.frameworks.base import (
     Adapter,
+    Directions,
     ForwardRun,
     GradientConvention,
     Layout,
@@ -48,6 +50,7 @@ class TensorFlowAdapter(Adapter):
     graph_compiles = True
     wording = TENSORFLOW
     keeps_unchanged_ops = True
+    takes_directions = True
 
     @contextlib.contextmanager
     def check_scope(self, target: Target):
@@ -145,6 +148,9 @@ class TensorFlowAdapter(Adapter):
         return ForwardRun(result, variables, custom_gradients=composite.once_each(reached))
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
+        if isinstance(offsets, Directions):
+            return self._along(target, layout, offsets, upstream, signs)
+
         def compute(inputs, offsets, signs, *upstream):
             z = building.z_vector(layout, inputs, offsets.dtype)
 
@@ -170,6 +176,62 @@ class TensorFlowAdapter(Adapter):
         arguments = (list(layout.inputs), _tensor(offsets), tf.constant(signs, offsets.dtype), *extra)
         kind = f"evaluate/{upstream is not None}"
         return self._run(target, layout, kind, compute, signature, arguments, len(offsets) * len(signs)).numpy()
+
+    def _along(self, target: Target, layout: Layout, directions: Directions, upstream: np.ndarray, signs: tuple):
+        """`evaluate` along `Directions`: each direction formed inside the compiled call from its factors, the
+        forward at z plus each sign times it contracted with `upstream`, and its product with the gradient; no
+        [T, N] block of directions or points. At millions of elements the directions run one after the other."""
+        dtype = tf.as_dtype(directions.steps.dtype)
+        size, count = directions.steps.size, len(signs)
+        with_gradient = directions.gradient is not None
+
+        def compute(inputs, bits, steps, rows, weights, sign_values, upstream, *gradient):
+            z = building.z_vector(layout, inputs, dtype)
+
+            def along(t):
+                direction = tf.cast(weights[t], dtype) * tf.cast(bits[rows[t]], dtype) * steps
+                values = [
+                    tf.tensordot(_forward_at(target, layout, inputs, z + sign_values[k] * direction), upstream, 1)
+                    for k in range(count)
+                ]
+                return tf.stack(values + ([tf.tensordot(direction, gradient[0], 1)] if gradient else []))
+
+            if tf.executing_eagerly():
+                return tf.stack([along(t) for t in range(rows.shape[0])], axis=1)
+            large = size > building.LARGE_ROWS
+            indices = tf.range(tf.shape(rows)[0])
+            if large or layout.variables:
+                values = tf.map_fn(
+                    along,
+                    indices,
+                    fn_output_signature=tf.TensorSpec([count + with_gradient], dtype),
+                    parallel_iterations=1 if large else None,
+                )
+            else:
+                values = tf.vectorized_map(along, indices, fallback_to_while_loop=True)
+            return tf.transpose(values)
+
+        signature = [
+            _specs(layout.inputs),
+            tf.TensorSpec([None, size], tf.int8),
+            tf.TensorSpec([size], dtype),
+            tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([None, None], tf.float32),
+            tf.TensorSpec([count], dtype),
+            tf.TensorSpec([None], dtype),
+        ] + [tf.TensorSpec([size], dtype)] * with_gradient
+        arguments = (
+            list(layout.inputs),
+            _tensor(directions.signs),
+            _tensor(directions.steps),
+            tf.constant(directions.rows, tf.int32),
+            _tensor(directions.weights.astype(np.float32, copy=False)),
+            tf.constant(signs, dtype),
+            _tensor(upstream.astype(directions.steps.dtype, copy=False)),
+        ) + ((_tensor(directions.gradient.astype(directions.steps.dtype, copy=False)),) if with_gradient else ())
+        kind = f"directions/{count}/{with_gradient}"
+        work = len(directions) * count
+        return self._run(target, layout, kind, compute, signature, arguments, work).numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
         one_point, count = len(points) == 1, len(upstreams)
@@ -389,13 +451,21 @@ def _numpy(tensor: Any) -> np.ndarray:
     """A tensor's values as NumPy: a large float32 or float64 one read-only and without a copy (its memory, kept
     alive by the array), others copied."""
     if tensor.dtype in (tf.float32, tf.float64) and tensor.dtype.size * tensor.shape.num_elements() >= _SHARED_BYTES:
-        return np.asarray(memoryview(tensor))
+        array = np.asarray(memoryview(tensor))
+        if len(_EXPORTED) > 64:
+            for address in [address for address, entry in _EXPORTED.items() if entry() is None]:
+                del _EXPORTED[address]
+        _EXPORTED[array.ctypes.data] = weakref.ref(tensor)
+        return array
     return tensor.numpy()
 
 
 def _tensor(array: np.ndarray) -> tf.Tensor:
     """`array` as a TensorFlow tensor; a large, aligned, C-contiguous, writeable one shares its memory instead of a
-    copy."""
+    copy, and one that is a whole tensor's memory read by `_numpy` is that tensor again."""
+    source = _source_tensor(array)
+    if source is not None:
+        return source
     shared = (
         array.nbytes >= _SHARED_BYTES
         and array.flags.c_contiguous
@@ -403,6 +473,26 @@ def _tensor(array: np.ndarray) -> tf.Tensor:
         and array.ctypes.data % _ALIGNMENT == 0
     )
     return tf.experimental.dlpack.from_dlpack(array.__dlpack__()) if shared else tf.constant(array)
+
+
+def _source_tensor(array: np.ndarray) -> tf.Tensor | None:
+    """The tensor whose memory `array` is, all of it and in its order (as `_numpy` handed it out, reshaped or not),
+    while that tensor lives; else None."""
+    entry = _EXPORTED.get(array.ctypes.data)
+    tensor = entry() if entry is not None else None
+    if (
+        tensor is not None
+        and array.flags.c_contiguous
+        and array.size == tensor.shape.num_elements()
+        and array.dtype == tensor.dtype.as_numpy_dtype
+    ):
+        return tf.reshape(tensor, array.shape)
+    return None
+
+
+#: The tensors whose memory `_numpy` handed out, by the address of their data (weakly): `_tensor` takes them back
+#: without a copy (a custom gradient of millions of elements passed to the next compiled call, say).
+_EXPORTED: dict[int, Any] = {}
 
 
 def _outputs_and_vjps(

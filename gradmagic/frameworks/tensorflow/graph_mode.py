@@ -49,6 +49,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
 
     mode = "graph"
     keeps_unchanged_ops = False  # an op's graph and session go with it; a new cell run builds afresh
+    takes_directions = False  # its own `evaluate` builds points in the session's graph
     autodiff = "tf.gradients"
     compiled = "tf.compat.v1 Session"
     wording = GRAPH_MODE
