@@ -125,10 +125,17 @@ class Prober:
         elements whose gradient is above atol; zeros when none is. Measured once per check; the quantiles of a
         regular sample at millions of elements."""
         if atol not in self._gradient_steps:
-            nonzero = self.step_magnitudes[np.abs(self.custom) > atol]
-            sample = nonzero[:: max(1, nonzero.size // RESOLUTION_SAMPLE)]
+            magnitudes, custom = self.step_magnitudes, self.custom
+            stride = max(1, custom.size // RESOLUTION_SAMPLE)
+            sample = magnitudes[::stride][np.abs(custom[::stride]) > atol]
+            largest = int(np.argmax(magnitudes)) if magnitudes.size else 0
+            if not sample.size or abs(custom[largest]) <= atol:  # every element to look at, not a sample
+                above = np.abs(custom) > atol
+                sample = magnitudes[above][:: max(1, int(np.count_nonzero(above)) // RESOLUTION_SAMPLE)]
+                largest = int(np.argmax(np.where(above, magnitudes, -1.0))) if sample.size else None
+            quantiles = np.quantile(sample, [SMALL, 0.5]) if sample.size else None
             self._gradient_steps[atol] = (
-                (*map(float, np.quantile(sample, [SMALL, 0.5])), float(nonzero.max())) if nonzero.size else (0.0,) * 3
+                (float(quantiles[0]), float(quantiles[1]), float(magnitudes[largest])) if sample.size else (0.0,) * 3
             )
         return self._gradient_steps[atol]
 
@@ -152,7 +159,8 @@ class Prober:
     def step_magnitudes(self) -> np.ndarray:
         """|g_i| h_i: the size of each element's part in a direction of unit weight (|d_i| = h_i)."""
         if self._step_magnitudes is None:
-            self._step_magnitudes = np.abs(self.custom) * self.steps
+            magnitudes = np.abs(self.custom)
+            self._step_magnitudes = np.multiply(magnitudes, self.steps, out=magnitudes)
         return self._step_magnitudes
 
     def signed_steps(self, row: int, weight: np.ndarray | float, out: np.ndarray) -> np.ndarray:

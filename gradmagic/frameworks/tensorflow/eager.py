@@ -189,12 +189,13 @@ class TensorFlowAdapter(Adapter):
             z = building.z_vector(layout, inputs, dtype)
 
             def along(t):
-                direction = tf.cast(weights[t], dtype) * tf.cast(bits[rows[t]], dtype) * steps
-                values = [
-                    tf.tensordot(_forward_at(target, layout, inputs, z + sign_values[k] * direction), upstream, 1)
-                    for k in range(count)
-                ]
-                return tf.stack(values + ([tf.tensordot(direction, gradient[0], 1)] if gradient else []))
+                direction = tf.cast(bits[rows[t]], dtype) * (tf.cast(weights[t], dtype) * steps)
+                values = [tf.tensordot(direction, gradient[0], 1)] if gradient else []
+                for k in range(count):  # one sign after the other: one point's temporaries at a time
+                    with tf.control_dependencies(values[-1:]):
+                        point = z + sign_values[k] * direction
+                    values.append(tf.tensordot(_forward_at(target, layout, inputs, point), upstream, 1))
+                return tf.stack(values[1:] + values[:1] if gradient else values)
 
             if tf.executing_eagerly():
                 return tf.stack([along(t) for t in range(rows.shape[0])], axis=1)
