@@ -66,7 +66,13 @@ def render_html(report: Report) -> str:
     else:
         parts += evidence
     parts.append("</div>")
-    return "".join(parts)
+    return _ascii("".join(parts))
+
+
+def _ascii(html: str) -> str:
+    """`html` with every character beyond ASCII as a character reference: the same page, and half the memory of a
+    string Python would hold two bytes per character for (IPython keeps every output it displays)."""
+    return html.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
 def header_html(report: Report) -> str:
@@ -329,7 +335,7 @@ def render_watch_html(report: WatchReport) -> str:
             f"font-size: 12px\"><tr>{head}</tr>{''.join(rows)}</table></div>"
         )
     parts.append("</div>")
-    return "".join(parts)
+    return _ascii("".join(parts))
 
 
 def _watched_op_html(op: WatchedOp) -> str:
