@@ -89,6 +89,11 @@ class OwnPrecision:
         return Vjps(self.trial.outputs, self.trial.custom[:, 1:], autodiff)
 
 
+#: Directions reach the framework as factors (`Directions`) above this many elements; below, building them in NumPy
+#: costs less than the few more ops per direction the framework runs (eagerly, on an op's first checks).
+FACTORED = 1 << 16
+
+
 @dataclass
 class CheckRun:
     """The state of one check, passed from phase to phase."""
@@ -173,8 +178,10 @@ class CheckRun:
         signs: tuple = (1.0,),
     ) -> np.ndarray:
         """`Adapter.evaluate` of this check's op; what it raises, as `OpFailed`. `Directions` reach an adapter that
-        does not take them as their dense values (and their product with the gradient is taken here)."""
-        if not isinstance(offsets, Directions) or self.adapter.takes_directions:
+        does not take them, or at fewer than `FACTORED` elements, as their dense values (and their product with the
+        gradient is taken here)."""
+        factored = isinstance(offsets, Directions) and self.adapter.takes_directions and offsets.steps.size > FACTORED
+        if not isinstance(offsets, Directions) or factored:
             return self._op_call(self.adapter.evaluate, layout, offsets, upstream, signs)
         dense = offsets.dense()
         values = self._op_call(self.adapter.evaluate, layout, dense, upstream, signs)
