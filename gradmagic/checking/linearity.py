@@ -104,7 +104,8 @@ def judge(g1: np.ndarray, gradient_of: Callable[[int], np.ndarray], precision: s
     """The linearity of the custom gradient from its values at u1 ([N]) and at each row k of the `Probes`
     (`gradient_of(k)`, asked for in order and let go as soon as judged), for an op computing in `precision`."""
     g2, combined = gradient_of(0), gradient_of(1)
-    finite = bool(np.isfinite(g1).all() and np.isfinite(g2).all() and np.isfinite(combined).all())
+    if not all(np.isfinite(part).all() for part in (g1, g2, combined)):  # not told, as where any probe is not finite
+        return Linearity(None)
     expected = A * g1 + B * g2
     deviations = np.abs(combined - expected)
     worst = int(np.argmax(deviations)) if deviations.size else None
@@ -115,13 +116,13 @@ def judge(g1: np.ndarray, gradient_of: Callable[[int], np.ndarray], precision: s
     deviation = float(deviations.max(initial=0)) / scale
     del g2, combined, expected, deviations
     scaled = gradient_of(2)
-    finite = finite and bool(np.isfinite(scaled).all())
+    if not np.isfinite(scaled).all():
+        return Linearity(None)
     linear = combines and close(scaled, SCALES.get(precision, DEFAULT_SCALES)[0] * g1, epsilon)
     first = float(np.linalg.norm(scaled))
     del scaled
     further = gradient_of(3)
-    finite = finite and bool(np.isfinite(further).all())
-    if not finite:
+    if not np.isfinite(further).all():
         return Linearity(None)
     if linear:
         response = "linear"
