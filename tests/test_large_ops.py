@@ -129,3 +129,36 @@ def test_linearity_in_the_upstream_is_judged_at_millions_of_elements(name, gradi
         found = problem(report, "grad-nonlinear")
         assert found.severity == "error"
         assert ("This looks like gradient clipping" in found.message) == (expected == "bounded"), found.message
+
+
+def relu_at(size: int, within_a_step: int, wrong: int | None = None):
+    """A ReLU at `size` elements, one of them (`within_a_step`) closer to zero than its finite-difference step, and
+    its gradient 10 % off at `wrong`."""
+    values = np.random.default_rng(5).standard_normal(size).astype(np.float32)
+    values[within_a_step] = 1e-7
+    factor = np.ones(size, np.float32)
+    if wrong is not None:
+        factor[wrong] = 1.1
+
+    def relu(x):
+        return tf.nn.relu(x), lambda upstream: upstream * tf.cast(x > 0, x.dtype) * tf.cast(factor, x.dtype)
+
+    return tf.custom_gradient(relu), tf.constant(values)
+
+
+def test_a_relu_with_an_element_at_its_kink_passes_among_hundreds_of_thousands():
+    # Among a few hundred thousand elements one is likely within a step of zero, where central differences straddle
+    # the kink: its block's mismatch is the kink's own (the two sides' mean misses the centre by as much), no wrong
+    # gradient, and no warning either.
+    op, x = relu_at(200_000, within_a_step=77_777)
+    report = gradmagic.check(op, x, graph=False)
+    assert report.verdict == "pass", [(p.code, p.message) for p in report.problems]
+
+
+def test_a_wrong_element_of_a_relu_beside_its_kink_is_located_among_hundreds_of_thousands():
+    # The kink raises the measured noise of every random direction, so blocks of elements are probed; the failing
+    # block is too large to measure element by element, and is narrowed down by contracted measurements instead.
+    op, x = relu_at(200_000, within_a_step=77_777, wrong=123_456)
+    report = gradmagic.check(op, x, graph=False)
+    assert report.codes() == ["fd-mismatch"] and [e.index for e in report.numerics.worst] == [(123_456,)]
+    assert report.numerics.worst[0].custom == pytest.approx(1.1 * report.numerics.worst[0].numerical, rel=1e-3)

@@ -487,10 +487,12 @@ class _Blocks:
         #: The failing blocks (element ranges) that the budget left unmeasured element by element.
         self.unmeasured: list[tuple[int, int]] = []
 
-    def measure(self, spans: list[tuple[int, int]], each: bool = False):
+    def measure(self, spans: list[tuple[int, int]], each: bool = False, contracted: bool = False):
         """Central differences of u . f along the signed steps over each span of elements (with `each`, along each
         element's own step, a first row at the centre): (u . J d, g . d, |d| . |g|, rounding, the
-        differences' half sums (u . f(z + d) + u . f(z - d)) / 2)."""
+        differences' half sums (u . f(z + d) + u . f(z - d)) / 2). `contracted` (z in float64 only): u . f taken
+        inside the framework's call, which costs evaluations but none of the budget of outputs, its rounding that
+        of the whole u . f."""
         prober, size = self.prober, self.prober.z.size
         steps = prober.signed_steps(0, 1.0, np.empty_like(prober.steps)) if not each else prober.steps
         count = len(spans)
@@ -501,19 +503,48 @@ class _Blocks:
             directions = np.zeros((len(rows), size), prober.z.dtype)
             for k, (start, stop) in enumerate(rows):
                 directions[k, start:stop] = steps[start:stop]
-            plus, minus = prober.run.adapter.evaluate(
-                prober.run.target, prober.layout, directions, signs=(1.0, -1.0)
-            ).astype(np.float64)
-            self.budget -= plus.size + minus.size
-            moved = plus != minus
             part = slice(first, first + len(rows))
+            if contracted:
+                plus, minus = prober.run.evaluate(prober.layout, directions, self.upstream, signs=(1.0, -1.0))
+                out[0, part], out[3, part], out[4, part] = (plus - minus) / 2, prober.rounding[0], (plus + minus) / 2
+            else:
+                plus, minus = prober.run.adapter.evaluate(
+                    prober.run.target, prober.layout, directions, signs=(1.0, -1.0)
+                ).astype(np.float64)
+                self.budget -= plus.size + minus.size
+                moved = plus != minus
+                out[0, part] = ((plus - minus) @ self.upstream) / 2
+                rounding = np.where(moved, np.abs(plus) + np.abs(minus), 0) @ np.abs(self.upstream)
+                out[3, part] = self.epsilon * rounding / 2
+                out[4, part] = ((plus + minus) @ self.upstream) / 2
             directions = directions.astype(np.float64)
-            out[0, part] = ((plus - minus) @ self.upstream) / 2
             out[1, part] = directions @ self.custom
             out[2, part] = np.abs(directions) @ np.abs(self.custom)
-            out[3, part] = self.epsilon * (np.where(moved, np.abs(plus) + np.abs(minus), 0) @ np.abs(self.upstream)) / 2
-            out[4, part] = ((plus + minus) @ self.upstream) / 2
         return out
+
+    def _judged(self, values: np.ndarray, edges: np.ndarray):
+        """For the blocks between `edges` measured as `values` (the centre first, `measure`): each block's mismatch,
+        what its noise allows, whether it fails, whether a kink explains it, and its differences, predictions and
+        one-sided disagreement."""
+        centre = values[4, 0]
+        differences, predicted, magnitude, rounding, sums = values[:, 1:]
+        scale = magnitude + np.abs(differences)
+        with np.errstate(all="ignore"):
+            noise = self.truncation + 1.5 * rounding / scale
+            allowed = (BLOCK_MARGIN * noise + EPSILON_FLOOR * min(self.epsilon, EPSILONS["float32"])) * scale
+            error = np.abs(differences - predicted)
+        # A block can hold an element wrong beyond atol (as full mode judges it) only where its mismatch is beyond
+        # atol times its largest step.
+        steps = self.prober.steps[edges[0] : edges[-1]]
+        largest = np.maximum.reduceat(steps, edges[:-1] - edges[0]) if len(edges) > 1 else np.zeros(0)
+        failing = ~(error <= allowed) & (error > self.atol * largest)
+        # Central differences across a change of slope miss the derivative by as much as the mean of the two sides
+        # misses the centre (a ReLU's element at a < h from zero: both are (h - a) / 2 of the slopes' jump): a
+        # block whose mismatch is no more than that disagreement is a kink's, not a wrong gradient's. (An element
+        # within a step of zero is likely among a few hundred thousand.)
+        disagreement = np.abs(sums - centre)
+        kink_only = error <= disagreement + allowed
+        return error, allowed, failing, kink_only, (differences, predicted, magnitude, disagreement)
 
     def run(self, resolution: float) -> tuple[list[ElementComparison], float]:
         """The wrong elements found, and the smallest mismatch the block probes told from noise (for the
@@ -524,41 +555,65 @@ class _Blocks:
         edges = np.linspace(0, size, count + 1).astype(int)
         spans = list(zip(edges[:-1], edges[1:]))
         values = self.measure([(0, 0)] + spans)  # the centre first
-        centre = values[4, 0]
-        differences, predicted, magnitude, rounding, sums = values[:, 1:]
-        scale = magnitude + np.abs(differences)
-        with np.errstate(all="ignore"):
-            noise = self.truncation + 1.5 * rounding / scale
-            allowed = (BLOCK_MARGIN * noise + EPSILON_FLOOR * min(self.epsilon, EPSILONS["float32"])) * scale
-            error = np.abs(differences - predicted)
-        # A block can hold an element wrong beyond atol (as full mode judges it) only where its mismatch is beyond
-        # atol times its largest step.
-        largest = np.maximum.reduceat(self.prober.steps, edges[:-1]) if count else np.zeros(0)
-        self.failing = ~(error <= allowed) & (error > self.atol * largest)
+        error, allowed, self.failing, kink_only, measured = self._judged(values, edges)
+        differences, predicted, magnitude, disagreement = measured
         self.predicted, self.differences = predicted, differences
+        scale = magnitude + np.abs(differences)
         with np.errstate(all="ignore"):
             self.worst_error = float(np.nanmax(error / allowed)) if count else 0.0  # of the tolerance
             self.worst_relative = float(np.nanmax(error / scale)) if count else 0.0
         # A block holding a kink (a ReLU's elements within a step of zero) fails for its differences' sake, not
         # its gradient's: its one-sided differences disagree by far more than a smooth forward's curvature allows
         # (h f'' against f'). Blocks without one are measured element by element first, the worst first.
-        kink = np.abs(sums - centre) > allowed + KINK_SHARE * magnitude
+        kink = disagreement > allowed + KINK_SHARE * magnitude
         located: list[ElementComparison] = []
         self.unmeasured = []
+        # In float64 a block too large for the budget is narrowed down by contracted measurements (group testing);
+        # elsewhere rounding needs each output compared on its own.
+        contracted = self.prober.z.dtype == np.float64
         for row in np.lexsort((-np.nan_to_num(error / allowed, nan=np.inf), kink)):
             if not self.failing[row] or len(located) >= LOCATED:
                 continue
             start, stop = spans[row]
-            if 2 * (stop - start + 1) * outputs > self.budget:
-                self.unmeasured.append((int(start), int(stop)))
+            if 2 * (stop - start + 1) * outputs <= self.budget:
+                located += self._elements(start, stop, allowed[row])
+            elif kink_only[row]:  # a kink's: not measured, not said
                 continue
-            located += self._elements(start, stop, allowed[row])
-        return located, float(np.nanmin(allowed)) if count else np.inf
+            elif contracted:
+                found = self._narrowed(int(start), int(stop), float(allowed[row]))
+                located += found
+                if not found:
+                    self.unmeasured.append((int(start), int(stop)))
+            else:
+                self.unmeasured.append((int(start), int(stop)))
+        return located[:LOCATED], float(np.nanmin(allowed)) if count else np.inf
 
-    def _elements(self, start: int, stop: int, allowed: float) -> list[ElementComparison]:
+    def _narrowed(self, start: int, stop: int, allowed: float) -> list[ElementComparison]:
+        """The wrong elements of a failing block, in float64: split into BLOCKS parts measured in one contracted
+        call, again in each part that fails (and is no kink's), down to parts of BLOCKS elements, measured element
+        by element."""
+        pending, found = [(start, stop, allowed)], []
+        while pending and len(found) < LOCATED:
+            start, stop, allowed = pending.pop(0)
+            if stop - start <= BLOCKS:
+                found += self._elements(start, stop, allowed, contracted=True)
+                continue
+            edges = np.linspace(start, stop, BLOCKS + 1).astype(int)
+            values = self.measure([(0, 0)] + list(zip(edges[:-1], edges[1:])), contracted=True)
+            error, allowed_parts, failing, kink_only, _ = self._judged(values, edges)
+            with np.errstate(all="ignore"):
+                order = np.argsort(-np.nan_to_num(error / allowed_parts, nan=np.inf))
+            pending += [
+                (int(edges[k]), int(edges[k + 1]), float(allowed_parts[k]))
+                for k in order
+                if failing[k] and not kink_only[k]
+            ]
+        return found[:LOCATED]
+
+    def _elements(self, start: int, stop: int, allowed: float, contracted: bool = False) -> list[ElementComparison]:
         """Each element of a failing block along its own step: those whose gradient disagrees, worst first."""
         prober, elements = self.prober, np.arange(start, stop)
-        values = self.measure([(0, 0)] + [(i, i + 1) for i in elements], each=True)
+        values = self.measure([(0, 0)] + [(i, i + 1) for i in elements], each=True, contracted=contracted)
         centre = values[4, 0]
         differences, predicted, sums = values[0, 1:], values[1, 1:], values[4, 1:]
         steps = prober.steps[elements].astype(np.float64)
