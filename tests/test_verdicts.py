@@ -451,3 +451,27 @@ def test_a_constant_factor_is_named_only_where_it_explains_every_wrong_element()
     assert "fd-mismatch" in varying.codes() and "constant factor" not in problem(varying, "fd-mismatch").message
     constant = gradmagic.check(lambda x: (tf.sin(x), lambda u: u * tf.cos(x) * 1.5), x)
     assert "1.5 times the finite differences: a constant factor is off" in problem(constant, "fd-mismatch").message
+
+
+def embedding(factor: float = 1.0):
+    """An embedding lookup whose gradient is `tf.IndexedSlices`, as TensorFlow's own gather's is (an id looked up
+    twice gets both rows' gradients, summed), its values times `factor`."""
+
+    def lookup(table, ids):
+        def grad(upstream):
+            return tf.IndexedSlices(factor * upstream, ids, dense_shape=tf.shape(table, out_type=tf.int64)), None
+
+        return tf.gather(table, ids), grad
+
+    return tf.custom_gradient(lookup)
+
+
+@pytest.mark.parametrize("lookups", [4, 300])
+def test_an_embedding_gradient_as_indexed_slices_is_checked(lookups):
+    table = tf.constant(np.random.default_rng(1).standard_normal((50, 4)).astype(np.float32))
+    ids = np.concatenate([[7, 7], np.random.default_rng(2).integers(0, 50, lookups - 2)])
+    report = gradmagic.check(embedding(), table, tf.constant(ids), graph=False)
+    assert report.verdict == "pass", [(p.code, p.message) for p in report.problems]
+    wrong = gradmagic.check(embedding(1.5), table, tf.constant(ids), graph=False)
+    assert wrong.codes() == ["not-differentiable", "fd-mismatch"] and wrong.verdict == "fail"
+    assert {e.index[0] for e in wrong.numerics.worst} <= set(ids.tolist())

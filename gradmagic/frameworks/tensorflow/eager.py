@@ -130,6 +130,8 @@ class TensorFlowAdapter(Adapter):
         return TensorMeta(tuple(value.shape), dtype.name, dtype.is_floating, name)
 
     def to_numpy(self, value: Any) -> np.ndarray:
+        if isinstance(value, tf.IndexedSlices):  # a gradient of a gather (an embedding's): its dense values, summed
+            value = tf.convert_to_tensor(value)
         if isinstance(value, tf.Tensor):
             return native(np.asarray(_numpy(value)))
         return native(np.asarray(value.numpy() if hasattr(value, "numpy") else value))
