@@ -2,6 +2,7 @@
 options are errors naming the option; what could not be judged says so ("not checked", fd-nonfinite), never a pass;
 advice says what is really wrong."""
 
+import logging
 import math
 
 import numpy as np
@@ -475,3 +476,21 @@ def test_an_embedding_gradient_as_indexed_slices_is_checked(lookups):
     wrong = gradmagic.check(embedding(1.5), table, tf.constant(ids), graph=False)
     assert wrong.codes() == ["not-differentiable", "fd-mismatch"] and wrong.verdict == "fail"
     assert {e.index[0] for e in wrong.numerics.worst} <= set(ids.tolist())
+
+
+def test_an_op_tensorflow_cannot_vectorise_logs_nothing(caplog):
+    # TensorFlow's vectorizer logs an ERROR with the op's whole definition when it falls back to a loop, which the
+    # check asks it to do: a user saw a page of protobuf text in red under a checking cell.
+    table = tf.constant(np.random.default_rng(1).standard_normal((50, 4)).astype(np.float32))
+    ids = tf.constant(np.random.default_rng(2).integers(0, 50, 300))
+
+    def scattered(t, i):
+        def grad(upstream):  # tensor_scatter_nd_update has no vectorised form
+            return tf.tensor_scatter_nd_update(tf.zeros_like(t), i[:, None], upstream), None
+
+        return tf.gather(t, i), grad
+
+    with caplog.at_level(logging.DEBUG, logger="tensorflow"):
+        gradmagic.check(scattered, table, ids, graph=False)  # its Jacobian's rows, vectorised where TensorFlow can
+    logged = [record.getMessage()[:80] for record in caplog.records if "parallel_for" in record.pathname]
+    assert not logged, logged

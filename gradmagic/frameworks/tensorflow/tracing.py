@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import ctypes
+import logging
 import queue
 import threading
 import weakref
@@ -230,6 +231,18 @@ def in_tensorflow_thread(call: Callable[[], Any]) -> Any:
                     _worker = None
             worker.abandon()
         raise
+
+
+class _QuietVectorizer(logging.Filter):
+    """Drops what TensorFlow's vectorizer (`pfor`) logs while gradmagic traces in its own thread: an op of the user's
+    gradient it cannot vectorize makes it log an ERROR with the op's whole definition before it falls back to a loop,
+    which gradmagic asks for (`fallback_to_while_loop`). Nothing is wrong, nothing is shown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (threading.current_thread().name == _THREAD_NAME and "parallel_for" in record.pathname)
+
+
+tf.get_logger().addFilter(_QuietVectorizer())
 
 
 def gradient_registry() -> dict:
