@@ -162,3 +162,21 @@ def test_a_wrong_element_of_a_relu_beside_its_kink_is_located_among_hundreds_of_
     report = gradmagic.check(op, x, graph=False)
     assert report.codes() == ["fd-mismatch"] and [e.index for e in report.numerics.worst] == [(123_456,)]
     assert report.numerics.worst[0].custom == pytest.approx(1.1 * report.numerics.worst[0].numerical, rel=1e-3)
+
+
+def test_a_wrong_element_of_a_float32_only_op_is_narrowed_down_among_a_hundred_thousand():
+    # The op mixes in a float32 constant (TensorFlow refuses float64 inputs for it), so blocks of elements are probed
+    # with each output compared in float64; the failing block is too large to measure element by element within the
+    # budget of evaluated outputs, and is narrowed down by group testing while the budget lasts.
+    size, element = 100_000, 4_321
+    values = np.random.default_rng(0).standard_normal(size).astype(np.float32)
+    factor = np.ones(size, np.float32)
+    factor[element] = 3.0
+
+    def float32_only(x):
+        e = tf.exp(x)
+        return tf.math.log(1.0 + e), lambda upstream: upstream * (1.0 - 1.0 / (1.0 + e)) * tf.constant(factor)
+
+    report = gradmagic.check(tf.custom_gradient(float32_only), tf.constant(values), graph=False)
+    assert report.numerics.dtype == "float32"
+    assert report.codes() == ["fd-mismatch"] and [e.index for e in report.numerics.worst] == [(element,)]

@@ -568,46 +568,45 @@ class _Blocks:
         kink = disagreement > allowed + KINK_SHARE * magnitude
         located: list[ElementComparison] = []
         self.unmeasured = []
-        # In float64 a block too large for the budget is narrowed down by contracted measurements (group testing);
-        # elsewhere rounding needs each output compared on its own.
-        contracted = self.prober.z.dtype == np.float64
         for row in np.lexsort((-np.nan_to_num(error / allowed, nan=np.inf), kink)):
             if not self.failing[row] or len(located) >= LOCATED:
                 continue
             start, stop = spans[row]
             if 2 * (stop - start + 1) * outputs <= self.budget:
                 located += self._elements(start, stop, allowed[row])
-            elif kink_only[row]:  # a kink's: not measured, not said
-                continue
-            elif contracted:
-                found = self._narrowed(int(start), int(stop), float(allowed[row]))
-                located += found
-                if not found:
-                    self.unmeasured.append((int(start), int(stop)))
-            else:
-                self.unmeasured.append((int(start), int(stop)))
+            elif not kink_only[row]:  # a kink's is neither measured nor said
+                located += self._narrowed(int(start), int(stop), float(allowed[row]))
         return located[:LOCATED], float(np.nanmin(allowed)) if count else np.inf
 
     def _narrowed(self, start: int, stop: int, allowed: float) -> list[ElementComparison]:
-        """The wrong elements of a failing block, in float64: split into BLOCKS parts measured in one contracted
-        call, again in each part that fails (and is no kink's), down to parts of BLOCKS elements, measured element
-        by element."""
+        """The wrong elements of a failing block too large to measure element by element (group testing): split into
+        BLOCKS parts measured in one call, again in each part that fails (and is no kink's), down to parts the budget
+        can measure element by element. In float64 the parts' u . f is taken inside the call, which spends none of
+        the budget; elsewhere rounding needs each output compared on its own, while the budget lasts. What cannot
+        be narrowed is noted in `unmeasured`."""
+        contracted = self.prober.z.dtype == np.float64
+        outputs = max(1, self.upstream.size)
         pending, found = [(start, stop, allowed)], []
         while pending and len(found) < LOCATED:
             start, stop, allowed = pending.pop(0)
-            if stop - start <= BLOCKS:
-                found += self._elements(start, stop, allowed, contracted=True)
+            if stop - start <= BLOCKS or (not contracted and 2 * (stop - start + 1) * outputs <= self.budget):
+                if contracted or 2 * (stop - start + 1) * outputs <= self.budget:
+                    found += self._elements(start, stop, allowed, contracted=contracted)
+                else:
+                    self.unmeasured.append((start, stop))
+                continue
+            if not contracted and 2 * (BLOCKS + 1) * outputs > self.budget:
+                self.unmeasured.append((start, stop))
                 continue
             edges = np.linspace(start, stop, BLOCKS + 1).astype(int)
-            values = self.measure([(0, 0)] + list(zip(edges[:-1], edges[1:])), contracted=True)
+            values = self.measure([(0, 0)] + list(zip(edges[:-1], edges[1:])), contracted=contracted)
             error, allowed_parts, failing, kink_only, _ = self._judged(values, edges)
             with np.errstate(all="ignore"):
                 order = np.argsort(-np.nan_to_num(error / allowed_parts, nan=np.inf))
-            pending += [
-                (int(edges[k]), int(edges[k + 1]), float(allowed_parts[k]))
-                for k in order
-                if failing[k] and not kink_only[k]
-            ]
+            parts = [(int(edges[k]), int(edges[k + 1]), float(allowed_parts[k])) for k in order if failing[k]]
+            if not parts:  # no part fails alone: an error spread thinly over the block, not narrowed
+                self.unmeasured.append((start, stop))
+            pending += [part for part, k in zip(parts, [k for k in order if failing[k]]) if not kink_only[k]]
         return found[:LOCATED]
 
     def _elements(self, start: int, stop: int, allowed: float, contracted: bool = False) -> list[ElementComparison]:
