@@ -262,3 +262,19 @@ def test_shapes_table_lists_inputs_outputs_upstream_and_downstream():
         ("downstream", "dx"),
         ("downstream", "dy"),
     }
+
+
+def test_string_inputs_and_outputs_are_not_differentiable_and_nothing_breaks():
+    # An upstream for a string output was built as zeros, which TensorFlow cannot make a string of: gradmagic's own
+    # ValueError reached the user.
+    def echo(x):
+        return x, lambda upstream: upstream
+
+    report = gradmagic.check(echo, tf.constant(["a", "b"]))
+    assert report.verdict == "unchecked" and report.codes() == ["not-differentiable"]
+    assert "string inputs have no gradient" in report.numerics.skipped_because
+
+    def sin_and_label(x):
+        return (tf.sin(x), tf.strings.as_string(x)), lambda upstream, label: upstream * tf.cos(x)
+
+    assert gradmagic.check(sin_and_label, tf.constant([1.0, 2.0])).verdict == "pass"

@@ -199,13 +199,13 @@ def _nothing_to_compare(run: CheckRun) -> str | None:
             )
         if any(meta.floating for meta in inputs):
             return "the floating inputs have no elements"
-        return "no floating input or variable: integer and boolean inputs have no gradient"
+        return "no floating input or variable: integer, boolean and string inputs have no gradient"
     if not run.rows.size:
         if any(meta.dtype.startswith("complex") for meta in trial):
             return "complex outputs: gradmagic compares the gradients of real outputs only"
         if any(meta.floating for meta in trial):
             return "the floating outputs have no elements"
-        return "no floating output: integer and boolean outputs have no gradient"
+        return "no floating output: integer, boolean and string outputs have no gradient"
     return None
 
 

@@ -170,14 +170,16 @@ def _outputs(run: CheckRun, structure: Any) -> tuple[list, list[str], list[Tenso
 
 
 def _upstreams(run: CheckRun, output_names: list[str], output_metas: list[TensorMeta]) -> list:
-    """A random upstream gradient per output (zeros for integer outputs), recorded in the shapes table."""
+    """A random upstream gradient per output (zeros for integer and boolean outputs, empty strings for string ones),
+    recorded in the shapes table."""
     rng = np.random.default_rng(run.options.seed)
-    upstreams = [
-        run.adapter.constant(
-            rng.random(meta.shape, dtype=np.float32) * 2 - 1 if meta.floating else np.zeros(meta.shape), meta.dtype
-        )
-        for meta in output_metas
-    ]
+
+    def upstream(meta: TensorMeta) -> np.ndarray:
+        if meta.floating:
+            return rng.random(meta.shape, dtype=np.float32) * 2 - 1
+        return np.full(meta.shape, b"", dtype=object) if meta.dtype == "string" else np.zeros(meta.shape)
+
+    upstreams = [run.adapter.constant(upstream(meta), meta.dtype) for meta in output_metas]
     for name, meta in zip(output_names, output_metas):
         run.findings.rows.append(TensorRow("upstream", f"d{name}", meta.shape, meta.dtype))
     return upstreams
