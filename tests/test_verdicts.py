@@ -4,6 +4,7 @@ advice says what is really wrong."""
 
 import logging
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -494,3 +495,15 @@ def test_an_op_tensorflow_cannot_vectorise_logs_nothing(caplog):
         gradmagic.check(scattered, table, ids, graph=False)  # its Jacobian's rows, vectorised where TensorFlow can
     logged = [record.getMessage()[:80] for record in caplog.records if "parallel_for" in record.pathname]
     assert not logged, logged
+
+
+def test_no_numpy_warning_leaks_from_a_gradient_near_float32s_largest_number():
+    # The linearity probe scales the upstream a millionfold: the norm of 2e36 in float32 overflowed in NumPy's dot
+    # product, and its RuntimeWarning reached the user through gradmagic's code.
+    def square(x):
+        return x * x, lambda upstream: 2 * x * upstream
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = gradmagic.check(square, tf.constant([1e30, 2.0]))
+    assert report.codes() == ["nonfinite-output"] and report.numerics.mode == "full"

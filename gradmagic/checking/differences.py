@@ -79,6 +79,20 @@ def coarser(dtype: str, other: str | None) -> str:
     return other if other is not None and machine_epsilon(other) > machine_epsilon(dtype) else dtype
 
 
+def norm(values: np.ndarray) -> float:
+    """The Euclidean norm, as a float, without overflow in the values' own float (float32 gradients of 1e20 square to
+    infinity, and NumPy warns)."""
+    values = np.ravel(values)
+    with np.errstate(over="ignore", invalid="ignore"):
+        squares = float(np.dot(values, values))
+    if np.isfinite(squares):
+        return float(np.sqrt(squares))
+    largest = float(np.max(np.abs(values), initial=0.0))
+    if largest == 0 or not np.isfinite(largest):
+        return largest
+    return largest * float(np.linalg.norm(values / largest))
+
+
 def machine_epsilon(dtype: str) -> float:
     return EPSILONS.get(dtype, EPSILONS["float32"])
 

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from gradmagic.checking.differences import aligned_empty, machine_epsilon
+from gradmagic.checking.differences import aligned_empty, machine_epsilon, norm
 
 #: The combination grad(A u1 + B u2) is compared with A grad(u1) + B grad(u2).
 A, B = 0.75, -1.5
@@ -119,14 +119,14 @@ def judge(g1: np.ndarray, gradient_of: Callable[[int], np.ndarray], precision: s
     if not np.isfinite(scaled).all():
         return Linearity(None)
     linear = combines and close(scaled, SCALES.get(precision, DEFAULT_SCALES)[0] * g1, epsilon)
-    first = float(np.linalg.norm(scaled))
+    first = norm(scaled)
     del scaled
     further = gradient_of(3)
     if not np.isfinite(further).all():
         return Linearity(None)
     if linear:
         response = "linear"
-    elif np.linalg.norm(further) <= 2 * first:
+    elif norm(further) <= 2 * first:
         response = "bounded"
     else:
         response = "nonlinear"

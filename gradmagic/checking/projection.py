@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradmagic.checking import precision, surrogate
-from gradmagic.checking.differences import EPSILONS, Axis, aligned_empty, machine_epsilon, steps_for, tolerances
+from gradmagic.checking.differences import EPSILONS, Axis, aligned_empty, machine_epsilon, norm, steps_for, tolerances
 from gradmagic.checking.findings import LISTED
 from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Directions, Layout
@@ -114,7 +114,7 @@ class Prober:
         # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
         terms = np.abs(self.upstream_vector * vjps.outputs[0])
         terms *= machine_epsilon(run.precision(layout))
-        self.rounding = (float(terms.sum()), float(np.sqrt(np.dot(terms, terms))))
+        self.rounding = (float(terms.sum()), norm(terms))
 
     def direction(self, row: int, element: int) -> float:
         """The value of probe `row`'s direction at `element`: its sign times its step."""
@@ -261,7 +261,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     # in float16, kept so by PyTorch): each g_i carries a few of that float's roundings, which the prediction g . d
     # sums like random errors, sqrt(sum (g_i d_i)^2) of them.
     with np.errstate(all="ignore"):
-        steps_norm = float(np.sqrt(np.dot(prober.step_magnitudes, prober.step_magnitudes)))
+        steps_norm = norm(prober.step_magnitudes)
         gradient_noise = np.nan_to_num(
             precision.gradient_rounding(run, layout) * steps_norm / scale, nan=0.0, posinf=0.0
         )
