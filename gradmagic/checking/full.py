@@ -319,9 +319,9 @@ def _pattern(mismatched, custom, numerical, tolerance) -> str:
     compared = mismatched & (np.abs(numerical) > 0)
     if compared.sum() < 2 or mismatched.sum() != compared.sum():
         return ""
-    ratios = custom[compared] / numerical[compared]
-    ratio = float(np.median(ratios))
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # a custom gradient of inf or NaN somewhere
+        ratios = custom[compared] / numerical[compared]
+        ratio = float(np.median(ratios))
         explained = np.abs(custom[compared] - ratio * numerical[compared]) <= tolerance[compared]
     if np.all(explained) and np.all(np.isfinite(ratios)):
         if np.isclose(ratio, -1, rtol=1e-3):

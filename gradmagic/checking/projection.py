@@ -885,9 +885,9 @@ def _report_mismatch(
             f"for a random upstream gradient: {listed(located)}"
         )
     mistake_hint = ""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # a direction the forward does not move (flat, a step function): inf, nan
         ratios = predicted / differences
-    ratio = float(np.median(ratios))
+        ratio = float(np.median(ratios))
     if spread and np.all(np.isfinite(ratios)) and np.allclose(ratios, ratio, rtol=1e-4):
         mistake_hint = (
             f" Along every direction the custom gradient is {ratio:.6g} times the finite differences: "

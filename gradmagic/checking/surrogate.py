@@ -247,9 +247,9 @@ def _identity_factor(matrix: np.ndarray, where: np.ndarray, tolerance: np.ndarra
     diagonal = np.diagonal(matrix)[np.diagonal(where)]
     if not diagonal.size:
         return None
-    factor = float(np.median(diagonal))
-    expected = factor * np.eye(matrix.shape[0], dtype=matrix.dtype)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # inf or NaN on the diagonal
+        factor = float(np.median(diagonal))
+        expected = factor * np.eye(matrix.shape[0], dtype=matrix.dtype)
         allowed = (
             tolerance[where]
             if tolerance is not None
