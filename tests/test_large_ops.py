@@ -180,3 +180,17 @@ def test_a_wrong_element_of_a_float32_only_op_is_narrowed_down_among_a_hundred_t
     report = gradmagic.check(tf.custom_gradient(float32_only), tf.constant(values), graph=False)
     assert report.numerics.dtype == "float32"
     assert report.codes() == ["fd-mismatch"] and [e.index for e in report.numerics.worst] == [(element,)]
+
+
+def test_a_slow_op_behind_functools_partial_is_traced_on_its_next_check_too():
+    # A partial (or a callable object) was wrapped anew on every check, so what the first check kept for the next
+    # (the trace put off, the compiled functions) was never found again: every check said "not traced".
+    def slow_power(x, exponent):
+        time.sleep(0.15)
+        return x**exponent, lambda upstream: exponent * x ** (exponent - 1) * upstream
+
+    op, x = functools.partial(slow_power, exponent=3.0), tf.constant([1.0, 2.0])
+    first = gradmagic.check(op, x)
+    assert first.graph is None and "Not traced on this first check" in problem(first, "graph-unavailable").message
+    second = gradmagic.check(op, x)
+    assert second.verdict == "pass" and second.graph is not None and "graph-unavailable" not in second.codes()

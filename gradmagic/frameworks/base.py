@@ -298,7 +298,9 @@ class Adapter(abc.ABC):
                 return self.resolve(raw, composite=True)
             return self._target(raw, op, origin)
         if isinstance(op, functools.partial) or not hasattr(op, "__name__"):
-            raw = _named(op)
+            # Kept on the callable, so that its next check finds its decorated op and compiled functions again.
+            named = cache_of(op)
+            raw = named.get("named") or named.setdefault("named", _named(op))
         else:
             raw = op
         cache, key = cache_of(raw), ("decorated", self.name, self.backend)
