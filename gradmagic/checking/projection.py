@@ -66,6 +66,9 @@ CALL_ELEMENTS = 2**23
 #: a warning.
 SINGLE_ELEMENT_NOTE = 0.01
 SINGLE_ELEMENT_WARNING = 0.1
+#: Calls the narrowing of failing blocks may take in a check (`_Blocks._narrowed`), each measuring BLOCKS parts or
+#: elements.
+NARROWING_CALLS = 24
 #: A block fails when its mismatch exceeds this many times its noise (a worst-case rounding bound already): a false
 #: alarm only costs the block's measurement element by element, where full mode's tolerances judge.
 BLOCK_MARGIN = 4.0
@@ -486,6 +489,7 @@ class _Blocks:
         self.predicted = self.differences = np.zeros(0)
         #: The failing blocks (element ranges) that the budget left unmeasured element by element.
         self.unmeasured: list[tuple[int, int]] = []
+        self.narrowing_calls = 0
 
     def measure(self, spans: list[tuple[int, int]], each: bool = False, contracted: bool = False):
         """Central differences of u . f along the signed steps over each span of elements (with `each`, along each
@@ -588,25 +592,26 @@ class _Blocks:
         outputs = max(1, self.upstream.size)
         pending, found = [(start, stop, allowed)], []
         while pending and len(found) < LOCATED:
-            start, stop, allowed = pending.pop(0)
-            if stop - start <= BLOCKS or (not contracted and 2 * (stop - start + 1) * outputs <= self.budget):
-                if contracted or 2 * (stop - start + 1) * outputs <= self.budget:
-                    found += self._elements(start, stop, allowed, contracted=contracted)
-                else:
-                    self.unmeasured.append((start, stop))
-                continue
-            if not contracted and 2 * (BLOCKS + 1) * outputs > self.budget:
+            start, stop, allowed = pending.pop()  # the worst part first, down to its elements (depth first)
+            affordable = contracted or 2 * (min(stop - start, BLOCKS) + 1) * outputs <= self.budget
+            if not affordable or self.narrowing_calls >= NARROWING_CALLS:
                 self.unmeasured.append((start, stop))
+                continue
+            self.narrowing_calls += 1
+            if stop - start <= BLOCKS or (not contracted and 2 * (stop - start + 1) * outputs <= self.budget):
+                found += self._elements(start, stop, allowed, contracted=contracted)
                 continue
             edges = np.linspace(start, stop, BLOCKS + 1).astype(int)
             values = self.measure([(0, 0)] + list(zip(edges[:-1], edges[1:])), contracted=contracted)
             error, allowed_parts, failing, kink_only, _ = self._judged(values, edges)
             with np.errstate(all="ignore"):
-                order = np.argsort(-np.nan_to_num(error / allowed_parts, nan=np.inf))
-            parts = [(int(edges[k]), int(edges[k + 1]), float(allowed_parts[k])) for k in order if failing[k]]
-            if not parts:  # no part fails alone: an error spread thinly over the block, not narrowed
+                order = np.argsort(np.nan_to_num(error / allowed_parts, nan=np.inf))  # the worst last
+            failing_parts = [k for k in order if failing[k]]
+            if not failing_parts:  # no part fails alone: an error spread thinly over the block, not narrowed
                 self.unmeasured.append((start, stop))
-            pending += [part for part, k in zip(parts, [k for k in order if failing[k]]) if not kink_only[k]]
+            pending += [
+                (int(edges[k]), int(edges[k + 1]), float(allowed_parts[k])) for k in failing_parts if not kink_only[k]
+            ]
         return found[:LOCATED]
 
     def _elements(self, start: int, stop: int, allowed: float, contracted: bool = False) -> list[ElementComparison]:
