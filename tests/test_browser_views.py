@@ -130,17 +130,28 @@ def folders(tmp_path_factory):
     return base / "notebooks", base
 
 
+def opened_and_run(browser, lab, folders, name: str, width: int, opener, front_end: str):
+    """The view cells in `name`, opened by `opener` in a page `width` wide, every cell run by the user, each report
+    drawn; a dialog that stopped a run is named (and screenshot)."""
+    root, _ = folders
+    write_notebook(root / name, CELLS)
+    page = browser.new_page(viewport={"width": width, "height": 1400})
+    opener(page, lab, name)
+    try:
+        for cell in range(len(CELLS)):
+            run_cell(page, cell, cell + 1, timeout=300_000)
+    except Exception:
+        shot(page, f"{front_end}-failed-run")
+        raise AssertionError(f"{front_end} showed {page.locator('.jp-Dialog').all_inner_texts()}") from None
+    for cell in range(1, len(CELLS)):
+        report_of(page, cell).wait_for(timeout=TIMEOUT)
+    return page
+
+
 @pytest.fixture(scope="module")
 def lab_page(browser, lab, folders):
     """views.ipynb in JupyterLab (its file browser open), every cell run by the user."""
-    root, _ = folders
-    write_notebook(root / "views.ipynb", CELLS)
-    page = browser.new_page(viewport={"width": WIDE, "height": 1400})
-    open_notebook(page, lab, "views.ipynb")
-    for cell in range(len(CELLS)):
-        run_cell(page, cell, cell + 1, timeout=300_000)
-    for cell in range(1, len(CELLS)):
-        output_of(page, cell).locator(".jp-gradmagic-widget .jp-gradmagic-report").first.wait_for(timeout=TIMEOUT)
+    page = opened_and_run(browser, lab, folders, "views.ipynb", WIDE, open_notebook, "lab")
     yield page
     page.close()
 
@@ -148,18 +159,7 @@ def lab_page(browser, lab, folders):
 @pytest.fixture(scope="module")
 def nb7_page(browser, lab, folders):
     """The same cells in Notebook 7 at 760 px, run by the user."""
-    root, _ = folders
-    write_notebook(root / "views-nb7.ipynb", CELLS)
-    page = browser.new_page(viewport={"width": NARROW, "height": 1400})
-    open_in_notebook7(page, lab, "views-nb7.ipynb")
-    try:
-        for cell in range(len(CELLS)):
-            run_cell(page, cell, cell + 1, timeout=300_000)
-    except Exception:
-        shot(page, "nb7-failed-run")
-        raise AssertionError(f"Notebook 7 showed {page.locator('.jp-Dialog').all_inner_texts()}") from None
-    for cell in range(1, len(CELLS)):
-        output_of(page, cell).locator(".jp-gradmagic-widget .jp-gradmagic-report").first.wait_for(timeout=TIMEOUT)
+    page = opened_and_run(browser, lab, folders, "views-nb7.ipynb", NARROW, open_in_notebook7, "nb7")
     yield page
     page.close()
 
