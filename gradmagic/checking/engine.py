@@ -62,7 +62,7 @@ def check(
             composite = run.target.origin == "composite" and compared
             deferred = False
             if options.graph or (options.tf_function and compared and adapter.graph_compiles) or composite:
-                deferred = adapter.graph_compiles and not composite and _trace_deferred(run)
+                deferred = adapter.graph_compiles and adapter.mode == "eager" and not composite and _trace_deferred(run)
                 if not deferred:
                     with run.phase("graph", 0.15, timing="graph"):
                         trace_graph(run)
@@ -87,7 +87,8 @@ def check(
 
 #: An op whose forward and gradient function took this long eagerly (thousands of ops) is not traced on its first
 #: check: tracing it with its gradient takes 20 to 50 times as long (6.6 s for a chain of 3,000 ops whose eager
-#: structure run took 0.3 s, measured), more than the rest of the check.
+#: structure run took 0.3 s, measured), more than the rest of the check. In TensorFlow 1's graph mode the structure
+#: run builds a graph already, and its time says nothing of a trace: no deferral there.
 DEFERRED_TRACE_SECONDS = 0.1
 #: The key in an op's cache (`cache_of`) noting that its trace was put off once.
 _DEFERRED = "gradient graph deferred"
