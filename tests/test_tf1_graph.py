@@ -537,18 +537,17 @@ def test_inside_a_graph_context_of_an_eager_process_the_check_runs_in_graph_mode
     assert in_graph.numerics.max_error < 1e-3 and eagerly.numerics.max_error < 1e-3
 
 
-def test_an_op_slow_to_build_is_traced_on_its_first_check_in_graph_mode():
-    # The eager path puts off tracing an op whose eager run took 0.1 s or more; in graph mode that run builds a graph
-    # already (a first session start can take that long), and putting off its gradient graph dropped it from a
-    # correct op's first report for nothing.
+def test_an_op_of_thousands_of_ops_is_traced_on_its_first_check_in_graph_mode():
+    # The eager path puts off tracing an op whose forward runs thousands of ops; in graph mode that run builds a graph
+    # already, and putting off its gradient graph dropped it from a correct op's first report for nothing.
     result = in_script(
         """
-        import time
-
         @tf.custom_gradient
         def slow_square(x):
-            time.sleep(0.15)
-            return x * x, lambda dy: 2 * x * dy
+            y = x
+            for _ in range(1_200):
+                y = tf.identity(y)
+            return y * x, lambda dy: 2 * x * dy
 
         report = gradmagic.check(slow_square, np.array([1.0, 2.0], np.float32))
         RESULT = dict(codes=report.codes(), graph=report.graph is not None, mode=report.op.mode)

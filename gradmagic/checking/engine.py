@@ -85,31 +85,31 @@ def check(
         raise
 
 
-#: An op whose forward and gradient function took this long eagerly (thousands of ops) is not traced on its first
-#: check: tracing it with its gradient takes 20 to 50 times as long (6.6 s for a chain of 3,000 ops whose eager
-#: structure run took 0.3 s, measured), more than the rest of the check. In TensorFlow 1's graph mode the structure
-#: run builds a graph already, and its time says nothing of a trace: no deferral there.
-DEFERRED_TRACE_SECONDS = 0.1
+#: An op whose forward ran this many of the framework's ops eagerly is not traced on its first check: tracing it with
+#: its gradient takes 20 to 50 times as long as running them (6.6 s for a chain of 3,000 ops, measured), more than the
+#: rest of the check. Decided by what the op is, never by a clock, so that a check's report is the same on a busy
+#: machine. In TensorFlow 1's graph mode the structure run builds a graph already: no deferral there.
+DEFERRED_TRACE_OPS = 1000
 #: The key in an op's cache (`cache_of`) noting that its trace was put off once.
 _DEFERRED = "gradient graph deferred"
 
 
 def _trace_deferred(run: CheckRun) -> bool:
     """Whether to leave the trace of the gradient graph (and the comparison with the compiled run it gives) to the
-    op's next check, with an info saying so: on the first check of an op slow to run eagerly."""
-    seconds = run.timings.get("structure", 0.0)
+    op's next check, with an info saying so: on the first check of an op that runs thousands of ops."""
+    ops = run.trial.ops
     cache = cache_of(run.target.raw)
-    if seconds < DEFERRED_TRACE_SECONDS or cache.get(_DEFERRED):
+    if ops is None or ops < DEFERRED_TRACE_OPS or cache.get(_DEFERRED):
         return False
     cache[_DEFERRED] = True
     wording = run.findings.wording
     run.findings.add(
         "graph-unavailable",
         "info",
-        f"Not traced on this first check: `{run.findings.name}` took {seconds:.2f} s to run eagerly with its "
-        f"gradient function, and tracing the two together, to run them {wording.compiled}, would take 20 to 50 "
-        f"times as long. The gradient graph and the comparison with the op run {wording.compiled} come with its "
-        "next check (the cell run again unchanged, or %gradcheck).",
+        f"Not traced on this first check: the forward of `{run.findings.name}` ran {ops:,} ops, and tracing it "
+        f"with its gradient function, to run them {wording.compiled}, takes 20 to 50 times as long as running them "
+        f"once. The gradient graph and the comparison with the op run {wording.compiled} come with its next check "
+        "(the cell run again unchanged, or %gradcheck).",
     )
     return True
 

@@ -59,6 +59,8 @@ class Trial:
     variable_gradients: list | None = None
     #: For a composite: the custom-gradient ops its call reached (their functions' names), when the adapter tells.
     reached: tuple[str, ...] | None = None
+    #: How many of the framework's ops the forward ran, where the adapter counts them (`ForwardRun.ops`).
+    ops: int | None = None
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def check_structure(run: CheckRun) -> None:
     if not _fits_convention(run, outputs, output_names, variable_names, grad_fn):
         return
     upstreams = _upstreams(run, output_names, output_metas)
-    trial = Trial(outputs, output_names, output_metas, variables, variable_names, upstreams)
+    trial = Trial(outputs, output_names, output_metas, variables, variable_names, upstreams, ops=forward.ops)
 
     arguments, keywords = _gradient_call(adapter, inputs.structure, result[0], upstreams, variables)
     if adapter.convention.signature_checked and not _accepts_call(run, grad_fn, arguments, keywords):

@@ -138,6 +138,9 @@ class ForwardRun:
     #: The custom-gradient ops the call reached (their functions' names, in order, once each); None where the
     #: framework cannot tell.
     custom_gradients: tuple[str, ...] | None = None
+    #: How many of the framework's ops the forward ran (eagerly), where the adapter counts them: what tracing it
+    #: would cost, told without a clock.
+    ops: int | None = None
 
 
 @dataclass(frozen=True)

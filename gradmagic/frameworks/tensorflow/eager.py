@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import op_callbacks  # counts the ops a forward runs (see `_counting_ops`)
 from tensorflow.python.util import nest  # for flatten_with_tuple_paths, which tf.nest lacks
 
 from gradmagic.frameworks.base import (
@@ -144,10 +145,10 @@ class TensorFlowAdapter(Adapter):
     def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
         # The trainable variables a tape watches are those tf.custom_gradient hands to grad_fn. TensorFlow does not
         # mix dtypes implicitly: an explicit tf.cast to float32 shows in the outputs.
-        with tf.GradientTape() as tape, composite.custom_gradients(bypass=False) as reached:
+        with tf.GradientTape() as tape, composite.custom_gradients(bypass=False) as reached, _counting_ops() as ops:
             result = call()
         variables = [v for v in tape.watched_variables() if not any(v is other for other in exclude)]
-        return ForwardRun(result, variables, custom_gradients=composite.once_each(reached))
+        return ForwardRun(result, variables, custom_gradients=composite.once_each(reached), ops=ops[0])
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
         if isinstance(offsets, Directions):
@@ -424,6 +425,21 @@ def _unoptimised(unoptimised: bool):
         tf.config.optimizer.set_experimental_options(
             {**before, "disable_meta_optimizer": before.get("disable_meta_optimizer", False)}
         )
+
+
+@contextlib.contextmanager
+def _counting_ops():
+    """A one-element list counting the ops TensorFlow runs (or builds into a graph) in this thread meanwhile."""
+    count = [0]
+
+    def counted(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        count[0] += 1
+
+    op_callbacks.add_op_callback(counted)
+    try:
+        yield count
+    finally:
+        op_callbacks.remove_op_callback(counted)
 
 
 #: The key in an op's cache (`cache_of`) of how many small batches its check in progress may still trace.
