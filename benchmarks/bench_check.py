@@ -21,6 +21,13 @@
 5. Planted bugs, each to be caught (and located where it has a place), and
    correct ops in float32 and float64, saturating sigmoids and values near
    zero included, to raise no false alarm, in both modes.
+6. Failing checks against passing ones (issue 28): an op of 200,000 to
+   1,000,000 elements with a bug (gradients of two inputs swapped, a flipped
+   sign, one element 10 % off among a million) against the same op with the
+   bug removed, each a new op's first check and warm (median of 3), in one
+   process per framework: TensorFlow, Keras on JAX, Keras on PyTorch.
+   Target: locating costs at most 3x the passing check; the one wrong
+   element is still named.
 
 Run: .venv/bin/python benchmarks/bench_check.py
 """
@@ -496,9 +503,109 @@ def _anchor(op, inputs) -> str:
     return f"no verdict; max |theoretical - numerical| = {worst:.3g}"
 
 
+FAILING = r"""
+import json, os, statistics, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+import gradmagic
+
+BACKEND = sys.argv[1]
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+    ops, decorate, framework = tf.math, tf.custom_gradient, "tensorflow"
+else:
+    import keras
+    ops, decorate, framework = keras.ops, keras.ops.custom_gradient, "keras"
+RNG = np.random.default_rng(0)
+
+def upstream_of(args, upstream):
+    return args[0] if upstream is None else upstream
+
+def swapped(bug):
+    def op(a, b):
+        y = a * ops.sin(b)
+        def grad(*args, upstream=None):
+            u = upstream_of(args, upstream)
+            ga, gb = u * ops.sin(b), u * a * ops.cos(b)
+            return (gb, ga) if bug else (ga, gb)
+        return y, grad
+    return op
+
+def flipped(bug):
+    def op(x):
+        def grad(*args, upstream=None):
+            return (-1.0 if bug else 1.0) * upstream_of(args, upstream) * ops.cos(x)
+        return ops.sin(x), grad
+    return op
+
+def one_wrong(bug):
+    factor = np.ones(1_000_000, np.float32)
+    factor[123_457] = 1.1 if bug else 1.0
+    def op(x):
+        e = ops.exp(x)
+        def grad(*args, upstream=None):
+            return upstream_of(args, upstream) * (1 - 1 / (1 + e)) * factor
+        return ops.log(1 + e), grad
+    return op
+
+CASES = [
+    ("gradients of two inputs swapped", swapped, [RNG.standard_normal(307_200).astype(np.float32) for _ in range(2)]),
+    ("sign flipped", flipped, [RNG.standard_normal(200_000).astype(np.float32)]),
+    ("x[123457] 10 % off", one_wrong, [RNG.standard_normal(1_000_000).astype(np.float32) * 3]),
+]
+
+def check(op, args):
+    start = time.perf_counter()
+    report = gradmagic.check(op, *args, framework=framework)
+    return time.perf_counter() - start, report
+
+check(decorate(flipped(False)), [np.linspace(-1, 1, 300).astype(np.float32)])  # gradmagic's own code warm
+for name, make, args in CASES:
+    row = {"case": name}
+    for kind, bug in (("passing", False), ("failing", True)):
+        op = decorate(make(bug))  # a new op: its first check is the cold one
+        cold, report = check(op, args)
+        warm = statistics.median(check(op, args)[0] for _ in range(3))
+        row[kind] = dict(cold=cold, warm=warm, verdict=report.verdict,
+                         located=[f"{e.input}{list(e.index)}" for e in report.numerics.worst][:3])
+    print(json.dumps(row), flush=True)
+"""
+
+
+def failing_checks() -> None:
+    import json
+    import subprocess
+    import sys
+
+    print(
+        "\n6. Failing checks against passing ones, a new op's first check and warm; target: failing <= 3x passing"
+        f"\n   {'framework':20} {'case':32} {'passing cold/warm':>19} {'failing cold/warm':>19} {'ratios':>12}  located"
+    )
+    for backend in ("tensorflow", "jax", "torch"):
+        environment = {**os.environ, "KERAS_BACKEND": backend}
+        completed = subprocess.run(
+            [sys.executable, "-c", FAILING, backend], capture_output=True, text=True, env=environment, check=False
+        )
+        if completed.returncode:
+            print(f"   {backend}: failed: {completed.stderr.strip().splitlines()[-1:]}")
+            continue
+        for line in completed.stdout.splitlines():
+            row = json.loads(line)
+            passing, failing = row["passing"], row["failing"]
+            cold, warm = failing["cold"] / passing["cold"], failing["warm"] / passing["warm"]
+            met = "met" if max(cold, warm) <= 3 and failing["verdict"] == "fail" else "MISSED"
+            label = backend if backend == "tensorflow" else f"keras on {backend}"
+            print(
+                f"   {label:20} {row['case']:32} {passing['cold']:8.2f}/{passing['warm']:.2f} s "
+                f"{failing['cold']:8.2f}/{failing['warm']:.2f} s {cold:5.1f}x/{warm:.1f}x  "
+                f"{', '.join(failing['located']) or '-'} ({passing['verdict']}, {failing['verdict']}) {met}"
+            )
+
+
 if __name__ == "__main__":
     speed()
     at_a_million()
     peak_memory()
     deep_chain()
     planted_bugs()
+    failing_checks()

@@ -300,6 +300,35 @@ def test_projection_mode_says_when_the_error_is_everywhere():
     assert "1.001 times the finite differences" in found.message
 
 
+@pytest.mark.parametrize("autodiff", ["right", "hidden"])
+def test_only_elements_measured_wrong_are_listed(autodiff):
+    # The gradient is 1.5 times too large where x > 1, right where 0 < x < 1, and zero (as is the derivative) where
+    # x < 0: an error spread over a third of the elements, among right ones and zeros. Whether autodiff names the
+    # candidates (it agrees with the finite differences) or cannot (the forward hides its derivative behind
+    # stop_gradient), every element the report names was measured wrong: custom and finite differences apart.
+    x = tf.constant(RNG.uniform(-2, 3, 20_000))
+
+    def half_wrong(x):
+        y = tf.where(x > 0, tf.sin(x), tf.zeros_like(x))
+        if autodiff == "hidden":
+            y = tf.stop_gradient(y - x) + x  # autodiff: 1 everywhere
+
+        def grad(upstream):
+            return upstream * tf.where(x > 0, tf.cos(x), tf.zeros_like(x)) * (1 + 0.5 * tf.cast(x > 1, x.dtype))
+
+        return y, grad
+
+    report = gradmagic.check(tf.custom_gradient(half_wrong), x)
+    found = problem(report, "fd-mismatch")
+    listed = report.numerics.worst
+    assert listed, found.message
+    for element in listed:
+        assert abs(element.custom - element.numerical) > 0.1 * abs(element.numerical), (element, found.message)
+        assert x.numpy()[element.index] > 1, (element, found.message)
+    named = re.findall(r"x\[(\d+)\]: custom", found.message)
+    assert named and {int(i) for i in named} <= {e.index[0] for e in listed}, found.message
+
+
 def test_an_error_spread_over_a_layer_norm_calls_no_element_the_wrong_one():
     def layer_norm(x):  # normalised rows, the gradient 1.2 times the right one everywhere
         centred = x - tf.reduce_mean(x, axis=-1, keepdims=True)

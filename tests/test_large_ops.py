@@ -14,7 +14,7 @@ import gradmagic
 from gradmagic.checking import linearity
 from gradmagic.checking.projection import random_signs
 from gradmagic.frameworks import get_adapter
-from gradmagic.frameworks.base import Directions, Layout
+from gradmagic.frameworks.base import Directions, Layout, Signs
 
 
 def many_ops(x, count: int = 1_200):
@@ -111,7 +111,8 @@ def test_directions_formed_inside_the_compiled_call_are_the_dense_ones(size, var
     steps = rng.uniform(1e-5, 1e-4, elements)
     per_element = rng.uniform(0.5, 1.5, (2, elements)).astype(np.float32)
     for weights, rows in ((np.array([[1.0], [1.0], [2.0]], np.float32), [0, 1, 0]), (per_element, [2, 1])):
-        directions = Directions(random_signs(3, 3, elements), steps, np.array(rows, np.int32), weights, gradient)
+        signs = Signs.of(random_signs(3, 3, elements))
+        directions = Directions(signs, steps, np.array(rows, np.int32), weights, gradient)
         dense = directions.dense()
         along = adapter.evaluate(target, layout, directions, upstream, signs=(1.0, -1.0))
         expected = adapter.evaluate(target, layout, dense, upstream, signs=(1.0, -1.0))

@@ -157,25 +157,32 @@ def relative_step(dtype: str, eps: float | None) -> float:
     return eps if eps is not None else machine_epsilon(dtype) ** (1 / 3)
 
 
-def step_sizes(values: np.ndarray, relative: float, precision: str | None = None) -> np.ndarray:
+def step_sizes(
+    values: np.ndarray, relative: float, precision: str | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
     """relative * max(|values|, 1), rounded so that values + h and values - h are exact in `precision` (values'
-    own dtype by default)."""
+    own dtype by default); written into `out` if given. In place: one temporary of values' size (at millions of
+    elements)."""
     # Stepped from |values|, so that h is a multiple of the spacing at |values| + h, the larger of the two points'
     # magnitudes: both are then numbers of the precision (stepped from a negative value, |values| - h would need
     # the finer spacing of the smaller magnitude).
     magnitude = np.abs(values)
-    raw = (relative * np.maximum(magnitude, 1)).astype(values.dtype)
-    return rounded_to(magnitude + raw, precision or str(values.dtype)) - magnitude
+    steps = np.maximum(magnitude, 1, out=out if out is not None else np.empty_like(values))
+    steps *= relative
+    steps += magnitude
+    steps[...] = rounded_to(steps, precision or str(values.dtype))
+    steps -= magnitude
+    return steps
 
 
 def steps_for(z: np.ndarray, dtypes: list[str], sizes: list[int], eps: float | None) -> np.ndarray:
     """Per-element steps for z, whose parts (inputs, then variables) have these dtypes and sizes: each part's steps
     are those of its own precision, made exact in it."""
-    steps = np.empty_like(z)
+    steps = aligned_empty(z.shape, z.dtype)  # handed to the framework without a copy
     offset = 0
     for dtype, size in zip(dtypes, sizes):
         part = slice(offset, offset + size)
-        steps[part] = step_sizes(z[part], relative_step(dtype, eps), dtype)
+        step_sizes(z[part], relative_step(dtype, eps), dtype, out=steps[part])
         offset += size
     return steps
 

@@ -14,15 +14,15 @@ from gradmagic.checking.findings import Findings
 from gradmagic.checking.full import compare_full
 from gradmagic.checking.graph import DRAWN_OPS, build_graph
 from gradmagic.checking.options import CheckOptions
-from gradmagic.checking.projection import compare_projected
+from gradmagic.checking.projection import compare_projected, note_autodiff_rescued
 from gradmagic.checking.run import CheckRun, OpFailed
 from gradmagic.checking.second_order import compare_second_order
 from gradmagic.checking.structure import check_structure
 from gradmagic.checking.sweep import sweep_along
 from gradmagic.errors import GradmagicError
 from gradmagic.frameworks import get_adapter
-from gradmagic.frameworks.cache import cache_of
 from gradmagic.frameworks.base import Layout
+from gradmagic.frameworks.cache import cache_of
 from gradmagic.report import Numerics, Report
 
 
@@ -157,6 +157,8 @@ def compare_numbers(run: CheckRun) -> None:
         return
     elements = run.columns.size
     full = elements <= options.full_threshold
+    if not full:  # what projection mode needs of the own-precision products, taken before the wider float's runs
+        note_autodiff_rescued(run)
     if not full and options.order == 2:
         findings.add(
             "second-order-skipped",

@@ -25,7 +25,7 @@ import weakref
 
 import numpy as np
 
-from gradmagic.checking.differences import EPSILONS, machine_epsilon, relative_step
+from gradmagic.checking.differences import EPSILONS, aligned_empty, machine_epsilon, relative_step
 from gradmagic.checking.run import CheckRun, OpFailed, flat_upstream
 from gradmagic.frameworks.base import Layout
 
@@ -66,7 +66,10 @@ def _cast(run: CheckRun, dtype: str) -> Layout:
     adapter, layout = run.adapter, run.layout
     inputs = list(layout.inputs)
     for k in layout.perturbable:
-        inputs[k] = adapter.to_tensors(np.asarray(adapter.to_numpy(inputs[k]), dtype))
+        values = adapter.to_numpy(inputs[k])
+        cast = aligned_empty(values.shape, dtype)  # a framework may take it without a copy (`Adapter.constant`)
+        cast[...] = values
+        inputs[k] = adapter.constant(cast, dtype)
     return dataclasses.replace(layout, inputs=tuple(inputs), structure=adapter.pack(layout.structure, inputs))
 
 

@@ -35,7 +35,7 @@ from gradmagic.checking import precision, surrogate
 from gradmagic.checking.differences import EPSILONS, Axis, aligned_empty, machine_epsilon, norm, steps_for, tolerances
 from gradmagic.checking.findings import LISTED
 from gradmagic.checking.run import CheckRun
-from gradmagic.frameworks.base import Directions, Layout
+from gradmagic.frameworks.base import Directions, Layout, Signs
 from gradmagic.report import ElementComparison, Numerics, element_label
 
 #: A direction fails when its error exceeds this many times the noise floor.
@@ -78,6 +78,8 @@ KINK_SHARE = 0.05
 #: Outputs evaluated, in all, by the block probes that look for a single wrong element (`_Blocks`), and per call.
 BLOCK_BUDGET = 2**25
 BLOCK_CALL_VALUES = 2**22
+#: Elements of a slice when N-sized sums are taken a slice at a time.
+TOTALS_SLICE = 1 << 20
 #: Elements whose median gradient step stands for a typical element's (a regular sample of them, beyond this many).
 RESOLUTION_SAMPLE = 2**16
 #: The quantile of the elements' gradient steps |g_i h_i| that the block probes are sized for, and the resolution
@@ -96,6 +98,18 @@ class Projections:
     magnitude: np.ndarray  # [T]: sum |g * d_t|
 
 
+def _product_totals(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
+    """The sum and the root-sum-square of |first * second|, a slice at a time (no N-sized temporary at millions of
+    elements)."""
+    total, norms = 0.0, []
+    for start in range(0, first.size, TOTALS_SLICE):
+        part = np.multiply(first[start : start + TOTALS_SLICE], second[start : start + TOTALS_SLICE])
+        np.abs(part, out=part)
+        total += float(part.sum())
+        norms.append(norm(part))
+    return total, norm(np.array(norms))
+
+
 class Prober:
     """Measurements for one projection-mode check: a random upstream vector u, the custom vector-Jacobian product
     g = J^T u (and autodiff's), and central differences of u . f along signed directions.
@@ -105,42 +119,60 @@ class Prober:
     second step).
     """
 
-    def __init__(self, run: CheckRun, layout: Layout, steps: np.ndarray, signs: np.ndarray):
-        self.run, self.layout, self.steps, self.signs = run, layout, steps, signs
+    def __init__(self, run: CheckRun, layout: Layout):
+        self.run, self.layout = run, layout
         self.z = run.z(layout)
         self._gradient_steps: dict[float, tuple[float, float]] = {}
-        self._step_magnitudes: np.ndarray | None = None
+        self._step_totals: tuple[float, float] | None = None
         self.upstream_vector = probe_upstream(run.options.seed, run.rows.size).astype(self.z.dtype, copy=False)
         vjps = run.vjps(layout, self.z[None], self.upstream_vector[None], autodiff=False)
         self.custom = vjps.custom[0, 0]
         self._autodiff: tuple[np.ndarray | None] | None = None
+        #: Autodiff's vector-Jacobian product, where it is trusted to name candidates (`trust_reference`).
+        self.reference: np.ndarray | None = None
         # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
-        terms = np.abs(self.upstream_vector * vjps.outputs[0])
-        terms *= machine_epsilon(run.precision(layout))
-        self.rounding = (float(terms.sum()), norm(terms))
+        epsilon = machine_epsilon(run.precision(layout))
+        self.rounding = tuple(epsilon * total for total in _product_totals(self.upstream_vector, vjps.outputs[0]))
+        del vjps  # the steps and signs after the product's temporaries are gone: less at millions
+        options = run.options
+        self.steps = steps_for(self.z, *run.dtypes_and_sizes(layout), options.eps)
+        self.signs = Signs.of(random_signs(options.seed, options.probes, self.z.size))
 
     def direction(self, row: int, element: int) -> float:
         """The value of probe `row`'s direction at `element`: its sign times its step."""
-        return float(self.signs[row, element]) * float(self.steps[element])
+        return float(self.signs.at(row, element)) * float(self.steps[element])
 
     def gradient_steps(self, atol: float) -> tuple[float, float, float]:
         """|g_i h_i| of a small element (the SMALL quantile), a typical one (the median) and the largest, over
         elements whose gradient is above atol; zeros when none is. Measured once per check; the quantiles of a
         regular sample at millions of elements."""
         if atol not in self._gradient_steps:
-            magnitudes, custom = self.step_magnitudes, self.custom
+            custom, steps = self.custom, self.steps
             stride = max(1, custom.size // RESOLUTION_SAMPLE)
-            sample = magnitudes[::stride][np.abs(custom[::stride]) > atol]
-            largest = int(np.argmax(magnitudes)) if magnitudes.size else 0
+            strided = np.abs(custom[::stride])
+            sample = (strided * steps[::stride])[strided > atol]
+            largest, highest = self._largest_step()
             if not sample.size or abs(custom[largest]) <= atol:  # every element to look at, not a sample
+                magnitudes = self.step_magnitudes()
                 above = np.abs(custom) > atol
                 sample = magnitudes[above][:: max(1, int(np.count_nonzero(above)) // RESOLUTION_SAMPLE)]
-                largest = int(np.argmax(np.where(above, magnitudes, -1.0))) if sample.size else None
+                highest = float(np.max(np.where(above, magnitudes, -1.0))) if sample.size else 0.0
             quantiles = np.quantile(sample, [SMALL, 0.5]) if sample.size else None
             self._gradient_steps[atol] = (
-                (float(quantiles[0]), float(quantiles[1]), float(magnitudes[largest])) if sample.size else (0.0,) * 3
+                (float(quantiles[0]), float(quantiles[1]), highest) if sample.size else (0.0,) * 3
             )
         return self._gradient_steps[atol]
+
+    def _largest_step(self) -> tuple[int, float]:
+        """The element of the largest |g_i h_i| and that value, a slice at a time."""
+        element, highest = 0, -1.0
+        for start in range(0, self.custom.size, TOTALS_SLICE):
+            part = np.abs(self.custom[start : start + TOTALS_SLICE])
+            part *= self.steps[start : start + TOTALS_SLICE]
+            top = int(np.argmax(part))
+            if part[top] > highest:
+                element, highest = start + top, float(part[top])
+        return element, max(highest, 0.0)
 
     @property
     def autodiff(self) -> np.ndarray | None:
@@ -151,24 +183,46 @@ class Prober:
             self._autodiff = (None if vjps.autodiff is None else vjps.autodiff[0, 0],)
         return self._autodiff[0]
 
+    def trust_reference(self, differences: np.ndarray, threshold: float) -> None:
+        """Take autodiff as the reference that names the candidates of the wrong elements (`_Locator.by_reference`)
+        when it is finite and agrees with the central differences along every probe (`differences`, at unit weight)
+        within `threshold`, the relative error the custom gradient failed at."""
+        autodiff = self.autodiff
+        self.reference = None
+        if autodiff is None or not np.isfinite(autodiff).all():
+            return
+        along = autodiff * self.steps  # each probe's direction is its signs times the steps
+        predicted = np.array([float(self.signs.row(row) @ along) for row in range(len(differences))])
+        with np.errstate(all="ignore"):
+            scale = float(np.abs(along).sum()) + np.abs(differences)
+            error = np.where(scale == 0, 0.0, np.abs(differences - predicted) / scale)
+        if np.all(error <= threshold):
+            self.reference = autodiff
+
     def leave_out(self, elements: np.ndarray) -> None:
         """Directions leave these elements where they are from now on (their steps zero)."""
         self.steps = self.steps.copy()
         self.steps[elements] = 0
-        self._step_magnitudes = None
+        self._step_totals = None
         self._gradient_steps.clear()
 
-    @property
     def step_magnitudes(self) -> np.ndarray:
-        """|g_i| h_i: the size of each element's part in a direction of unit weight (|d_i| = h_i)."""
-        if self._step_magnitudes is None:
-            magnitudes = np.abs(self.custom)
-            self._step_magnitudes = np.multiply(magnitudes, self.steps, out=magnitudes)
-        return self._step_magnitudes
+        """|g_i| h_i: the size of each element's part in a direction of unit weight (|d_i| = h_i), computed anew
+        (N values not kept through the check's measurements)."""
+        magnitudes = np.abs(self.custom)
+        return np.multiply(magnitudes, self.steps, out=magnitudes)
+
+    @property
+    def step_totals(self) -> tuple[float, float]:
+        """The sum and the root-sum-square of `step_magnitudes`, taken once, a slice at a time (no N-sized
+        temporary at millions of elements)."""
+        if self._step_totals is None:
+            self._step_totals = _product_totals(self.custom, self.steps)
+        return self._step_totals
 
     def signed_steps(self, row: int, weight: np.ndarray | float, out: np.ndarray) -> np.ndarray:
         """Probe `row`'s direction at `weight` (per element, or one factor), written into `out`."""
-        np.multiply(self.signs[row], self.steps, out=out)
+        np.multiply(self.signs.row(row), self.steps, out=out)
         if np.ndim(weight) or weight != 1:
             np.multiply(out, weight, out=out)
         return out
@@ -178,7 +232,8 @@ class Prober:
         g . d_t, the directions formed inside the framework's compiled call (`Directions`).
 
         `weights` is [T, N] (per element: a few rows per call, bounding its memory at millions of elements) or
-        [T, 1] (one factor per direction: all in one call). Without `rounding`, the rounding fields are NaN.
+        [T, 1] (one factor per direction: all in one call). Without `rounding`, the rounding and magnitude fields
+        are NaN.
         """
         count = len(rows)
         differences, predicted = np.empty(count), np.empty(count)
@@ -192,10 +247,12 @@ class Prober:
             differences[part] = (plus - minus) / 2
             predicted[part] = along
         # sum |g_i d_i| = |weight| . (|g| h), the signs being +-1.
-        if weights.shape[1] == 1:
-            magnitude = np.abs(weights[:, 0]) * float(self.step_magnitudes.sum())
+        if not rounding:
+            magnitude = np.full(count, np.nan)
+        elif weights.shape[1] == 1:
+            magnitude = np.abs(weights[:, 0]) * self.step_totals[0]
         else:
-            magnitude = np.abs(weights) @ self.step_magnitudes
+            magnitude = np.abs(weights) @ self.step_magnitudes().astype(np.float32)
         worst, typical = self.rounding if rounding else (np.nan, np.nan)
         return Projections(differences, np.full(count, worst), np.full(count, typical), predicted, magnitude)
 
@@ -205,14 +262,14 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     autodiff-nonfinite problems."""
     options, findings = run.options, run.findings
     probes = options.probes
-    rescued = _autodiff_rescued(run)
+    rescued = note_autodiff_rescued(run)
+    run.trial.let_go()  # millions of elements: what the trial computed is not needed again
     if layout is not run.layout:
         run.release_z(run.layout)
     z = run.z(layout)
     dtype = run.precision(layout)
     epsilon = machine_epsilon(dtype)
-    steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
-    prober = Prober(run, layout, steps, random_signs(options.seed, probes, z.size))
+    prober = Prober(run, layout)
 
     # Every probe at step h, and the first RICHARDSON of them at 2h: the change measures the truncation error.
     richardson = min(RICHARDSON, probes)
@@ -224,9 +281,9 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
         # zero), named; the rest is judged without them.
         edge = _nonfinite_elements(prober)
         if edge is not None and edge.size < z.size:
+            _report_edge(run, z, prober.steps, edge)
             prober.leave_out(edge)
             measured = prober.measure(rows, weights)
-            _report_edge(run, z, steps, edge)
     if not np.isfinite(measured.differences).all():
         findings.add(
             "fd-nonfinite",
@@ -264,7 +321,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     # in float16, kept so by PyTorch): each g_i carries a few of that float's roundings, which the prediction g . d
     # sums like random errors, sqrt(sum (g_i d_i)^2) of them.
     with np.errstate(all="ignore"):
-        steps_norm = norm(prober.step_magnitudes)
+        steps_norm = prober.step_totals[1]
         gradient_noise = np.nan_to_num(
             precision.gradient_rounding(run, layout) * steps_norm / scale, nan=0.0, posinf=0.0
         )
@@ -278,6 +335,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     if failing.any():
         worst = int(np.nanargmax(np.where(np.isfinite(error), error, np.inf)))
         noise_of = lambda relative: (relative + floor) * scale[worst]  # noqa: E731
+        prober.trust_reference(differences, threshold)
         locator = _Locator(
             prober,
             worst,
@@ -285,6 +343,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
             noise_of(NOISE_MARGIN * noise[worst]),
             noise_of(typical_noise[worst]),
             run.columns,
+            _Blocks(prober, relative_truncation, epsilon, rtol, atol),
         )
         located, spread = locator.run()
         _report_mismatch(
@@ -491,6 +550,21 @@ class _Blocks:
         self.unmeasured: list[tuple[int, int]] = []
         self.narrowing_calls = 0
 
+    def beyond_tolerance(self, element: ElementComparison) -> bool:
+        """Whether an element's custom and finite-difference values differ by more than the tolerances."""
+        custom, numerical = element.custom, element.numerical
+        return abs(custom - numerical) > self.rtol * max(abs(custom), abs(numerical)) + self.atol
+
+    def contracts(self, count: int) -> bool:
+        """Whether `count` elements are measured contracted (u . f taken inside the call) rather than each output
+        compared on its own, whose rounding is then only that of the outputs an element moves: compared on their
+        own where that takes one call's outputs, else contracted in float64 (whose rounding allows it) or where the
+        budget cannot take them."""
+        outputs = 2 * (count + 1) * max(1, self.upstream.size)
+        if outputs <= BLOCK_CALL_VALUES:
+            return False
+        return self.prober.z.dtype == np.float64 or outputs > self.budget
+
     def measure(self, spans: list[tuple[int, int]], each: bool = False, contracted: bool = False):
         """Central differences of u . f along the signed steps over each span of elements (with `each`, along each
         element's own step, a first row at the centre): (u . J d, g . d, |d| . |g|, rounding, the
@@ -616,15 +690,30 @@ class _Blocks:
 
     def _elements(self, start: int, stop: int, allowed: float, contracted: bool = False) -> list[ElementComparison]:
         """Each element of a failing block along its own step: those whose gradient disagrees, worst first."""
-        prober, elements = self.prober, np.arange(start, stop)
+        return self.elements(np.arange(start, stop), allowed, contracted)
+
+    def elements(
+        self, elements: np.ndarray, allowed: float | np.ndarray | None = None, contracted: bool = False
+    ) -> list[ElementComparison]:
+        """Each of `elements` along its own step, in one call: those whose gradient disagrees beyond `allowed` (by
+        default what each one's own measured rounding allows) and the tolerances, worst first."""
+        prober = self.prober
         values = self.measure([(0, 0)] + [(i, i + 1) for i in elements], each=True, contracted=contracted)
         centre = values[4, 0]
-        differences, predicted, sums = values[0, 1:], values[1, 1:], values[4, 1:]
+        differences, predicted, magnitude, rounding, sums = values[:, 1:]
+        curvature = 0.0  # a block's allowance covers its elements' curvature
+        if allowed is None:
+            scale = magnitude + np.abs(differences)
+            with np.errstate(all="ignore"):
+                noise = np.nan_to_num(self.truncation + 1.5 * rounding / scale, nan=0.0)
+            allowed = (BLOCK_MARGIN * noise + EPSILON_FLOOR * min(self.epsilon, EPSILONS["float32"])) * scale
+            curvature = KINK_SHARE * magnitude  # an element's own: its one-sided differences part by h f''
+        allowed = np.broadcast_to(np.asarray(allowed, np.float64), differences.shape)
         steps = prober.steps[elements].astype(np.float64)
         numerical = differences / steps
         # One-sided slopes differ by h f'' where smooth; at a kink (a ReLU at zero) by the slope's jump: left out,
         # as full mode leaves such elements out of the comparison.
-        kink = np.abs(sums - centre) > allowed
+        kink = np.abs(sums - centre) > allowed + curvature
         mismatch = np.abs(differences - predicted)
         tolerance = (self.rtol * np.maximum(np.abs(self.custom[elements]), np.abs(numerical)) + self.atol) * steps
         wrong = (mismatch > allowed) & (mismatch > tolerance) & ~kink
@@ -644,7 +733,7 @@ class _Blocks:
                     custom,
                     float(numerical[k]),
                     autodiff,
-                    float(mismatch[k] / max(allowed, tolerance[k])),
+                    float(mismatch[k] / max(allowed[k], tolerance[k])),
                 )
             )
         return found[:LOCATED]
@@ -693,8 +782,10 @@ def random_signs(seed: int | np.random.Generator, rows: int, size: int) -> np.nd
 class _Locator:
     """Finds the wrong elements behind one failing probe (see the module docstring)."""
 
-    def __init__(self, prober, row: int, mismatch: float, noise: float, typical_noise: float, columns: Axis):
-        self.prober, self.row, self.columns = prober, row, columns
+    def __init__(
+        self, prober, row: int, mismatch: float, noise: float, typical_noise: float, columns: Axis, judge: _Blocks
+    ):
+        self.prober, self.row, self.columns, self.judge = prober, row, columns, judge
         # `noise` decides whether a mismatch is real; `typical_noise` how finely a ratio can be read.
         self.mismatch, self.noise, self.typical_noise = mismatch, noise, typical_noise
         self.custom = prober.custom
@@ -706,9 +797,23 @@ class _Locator:
         return measured.differences - measured.predicted
 
     def run(self) -> tuple[list[ElementComparison], list[str]]:
-        """The wrong elements, or when there are too many to list, the blocks that carry the error."""
-        located: list[ElementComparison] = []
-        pending = [(np.arange(self.size), self.mismatch)]  # sets of candidates and the mismatch they carry
+        """The wrong elements, or when there are too many to list, the blocks that carry the error (and the elements
+        found on the way, the worst last). Every element returned was measured along its own step and found wrong
+        beyond the noise and the tolerances (an element whose values agree within them is no wrong element, however
+        it was found)."""
+        located, spread = self.search()
+        located = [e for e in located if self.judge.beyond_tolerance(e)]
+        return (_worst_last(located) if spread else located), spread
+
+    def search(self) -> tuple[list[ElementComparison], list[str]]:
+        """`run`'s search: the elements it measured beyond the noise."""
+        everything = np.arange(self.size)
+        located, remaining, spread = self.by_reference()
+        if spread:
+            return _worst_last(located), spread
+        rest = np.ones(self.size, bool)
+        rest[[self.element_of(e) for e in located]] = False
+        pending = [(everything[rest], remaining)]  # sets of candidates and the mismatch they carry
         while pending and len(located) < LOCATED:
             candidates, mismatch = pending.pop()
             if abs(mismatch) <= self.noise:
@@ -728,30 +833,73 @@ class _Locator:
             # each carry less than the noise, so thinly that no search below finds it.
             thin = abs(mismatch - sum(m for _, m in carrying)) > self.noise
             if thin or len(carrying) > LOCATED - len(located):
-                worst = self.worst_of(candidates)
                 some = carrying if not thin else [(b, m) for b, m in parts if abs(m) > self.typical_noise]
-                return located + self.samples(some, worst) + [worst], self.describe(some, len(blocks))
+                return _worst_last(located + self.searched(candidates, some)), self.describe(some, len(blocks))
             pending += carrying
         return located, []
 
-    def samples(self, blocks: list, worst: ElementComparison) -> list[ElementComparison]:
-        """A few elements of a spread error besides its worst (which may be where the forward jumps, its finite
-        difference off scale): the middle element of each of the SAMPLED blocks that carry the most, each along its
-        own step, in one call. What they show of the forward (flat, or not) is evidence for the pattern."""
-        worst_flat = self.columns.offsets[self.columns.names.index(worst.input)] + (
-            int(np.ravel_multi_index(worst.index, self.columns.shapes[self.columns.names.index(worst.input)]))
-            if worst.index
-            else 0
-        )
-        ranked = sorted(blocks, key=lambda entry: -abs(entry[1]))
-        elements = [int(block[block.size // 2]) for block, _ in ranked if int(block[block.size // 2]) != worst_flat]
-        elements = elements[:SAMPLED]
-        if not elements:
-            return []
-        parts = self.measure(self.indicator(*[[element] for element in elements]))
-        return [self.comparison(element, float(part)) for element, part in zip(elements, parts)]
+    def by_reference(self) -> tuple[list[ElementComparison], float, list[str]]:
+        """With a trusted reference (`Prober.trust_reference`): the elements whose custom gradient it puts beyond the
+        tolerances, each measured along its own step in one call (`_Blocks.elements`), those found wrong; the
+        mismatch along the failing probe they leave; and where more are wrong than are listed, the blocks that carry
+        the error (as the reference tells, without a call) with the worst few elements measured. Nothing without a
+        reference."""
+        reference, prober = self.prober.reference, self.prober
+        if reference is None:
+            return [], self.mismatch, []
+        magnitude = np.maximum(np.abs(self.custom), np.abs(reference))
+        difference = np.abs(self.custom - reference)
+        suspects = difference > self.judge.rtol * magnitude + self.judge.atol
+        count = int(np.count_nonzero(suspects))
+        if not count:
+            return [], self.mismatch, []
+        typical = float(np.median(magnitude[:: max(1, magnitude.size // RESOLUTION_SAMPLE)]))
+        relative = np.divide(difference, np.maximum(magnitude, typical if typical > 0 else 1.0, out=magnitude))
+        relative[~suspects] = -1.0
+        listed = count if count <= LOCATED else 1 + SAMPLED  # all of them, or the worst of an error spread wide
+        top = np.argpartition(relative, -listed)[-listed:] if relative.size > listed else np.arange(relative.size)
+        top = top[np.argsort(-relative[top], kind="stable")]
+        found = self.judge.elements(top, contracted=self.judge.contracts(len(top)))
+        if count > LOCATED:
+            return found, 0.0, self.reference_blocks(reference)
+        parts = [(e.numerical - e.custom) * prober.direction(self.row, self.element_of(e)) for e in found]
+        return found, self.mismatch - float(sum(parts)), []
 
-    def worst_of(self, candidates: np.ndarray) -> ElementComparison:
+    def reference_blocks(self, reference: np.ndarray) -> list[str]:
+        """`describe` of the blocks whose mismatch along the failing probe the reference puts beyond the noise."""
+        along = (reference - self.custom) * self.prober.steps
+        along *= self.prober.signs.row(self.row)
+        blocks = np.array_split(np.arange(self.size), min(BLOCKS, self.size))
+        mismatches = np.add.reduceat(along, [int(block[0]) for block in blocks])
+        carrying = [(b, float(m)) for b, m in zip(blocks, mismatches) if abs(m) > self.noise]
+        carrying = carrying or [(b, float(m)) for b, m in zip(blocks, mismatches) if abs(m) > self.typical_noise]
+        return self.describe(carrying, len(blocks))
+
+    def searched(self, candidates: np.ndarray, blocks: list) -> list[ElementComparison]:
+        """Elements of an error spread over many, without a reference to name them: the worst searched for by
+        splitting (`worst_of`) and a few of the `blocks`' elements sampled, each then measured along its own step in
+        one call (`_Blocks.elements`), those found wrong."""
+        worst = self.worst_of(candidates)
+        elements = np.array([worst] + self.samples(blocks, worst))
+        return self.judge.elements(elements, contracted=self.judge.contracts(len(elements)))
+
+    def element_of(self, comparison: ElementComparison) -> int:
+        """The element of z a comparison names."""
+        position = self.columns.names.index(comparison.input)
+        shape = self.columns.shapes[position]
+        return int(self.columns.offsets[position]) + (
+            int(np.ravel_multi_index(comparison.index, shape)) if comparison.index else 0
+        )
+
+    def samples(self, blocks: list, worst: int) -> list[int]:
+        """A few elements of a spread error besides its worst (which may be where the forward jumps, its finite
+        difference off scale): the middle element of each of the SAMPLED blocks that carry the most. What they show
+        of the forward (flat, or not) is evidence for the pattern."""
+        ranked = sorted(blocks, key=lambda entry: -abs(entry[1]))
+        elements = [int(block[block.size // 2]) for block, _ in ranked]
+        return [element for element in elements if element != worst][:SAMPLED]
+
+    def worst_of(self, candidates: np.ndarray) -> int:
         """The element whose gradient is the most wrong among `candidates`: the block carrying the most, split again
         and again (one call each, log16 of the size), down to one element.
 
@@ -766,7 +914,7 @@ class _Locator:
         sample = magnitude[:: max(1, magnitude.size // RESOLUTION_SAMPLE)]
         typical = float(np.median(sample[sample > 0])) if np.any(sample > 0) else 1.0
         coherent = (np.where(self.custom < 0, -1.0, 1.0) * typical / np.maximum(magnitude, typical)).astype(np.float32)
-        signs = self.prober.signs[self.row]
+        signs = self.prober.signs.row(self.row)
         while candidates.size > 1:
             blocks = np.array_split(candidates, min(BLOCKS, candidates.size))
             indicator = self.indicator(*blocks)
@@ -777,8 +925,7 @@ class _Locator:
             mismatch = (measured.differences - measured.predicted).reshape(1 + probes, len(blocks))
             energy = np.square(mismatch[0]) + np.square(mismatch[1:]).mean(axis=0)
             candidates = blocks[int(np.argmax(energy))]
-        element = int(candidates[0])
-        return self.comparison(element, float(self.measure(self.indicator([element]))[0]))
+        return int(candidates[0])
 
     def indicator(self, *sets) -> np.ndarray:
         """Weights: one row per set of elements, 1 on the set."""
@@ -841,6 +988,14 @@ class _Locator:
         )
 
 
+def _worst_last(found: list[ElementComparison]) -> list[ElementComparison]:
+    """`found` with its most wrong element (relative to the larger of its two values) moved last."""
+    if not found:
+        return found
+    worst = max(found, key=lambda e: abs(e.custom - e.numerical) / (max(abs(e.custom), abs(e.numerical)) or 1.0))
+    return [e for e in found if e is not worst] + [worst]
+
+
 def _report_mismatch(
     run: CheckRun,
     layout: Layout,
@@ -872,17 +1027,22 @@ def _report_mismatch(
             for e in elements[:LISTED]
         )
 
-    worst = located.pop() if spread else None  # the worst element of the spread error, found by splitting
+    worst = located.pop() if spread and located else None  # the worst element of the spread error
     if spread:
-        # Spread: no element is the wrong one. The worst found by splitting is named as such (and is where the
-        # problem points), the others found on the way as more of the same.
+        # Spread: no element is the wrong one. The worst found is named as such (and is where the problem points),
+        # the others found on the way as more of the same; none where no element alone shows beyond the noise.
         what = "difference" if options.surrogate else "error"
         others = f"; others found: {listed(located)}" if located else ""
-        listing.append(
-            f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}; the worst "
-            f"element found, {listed([worst])}{others}"
+        found = (
+            f"the worst element found, {listed([worst])}{others}"
+            if worst
+            else f"no single element's {what} shows beyond the rounding of the finite differences along its own step"
         )
-        located.append(worst)
+        listing.append(
+            f"The {what} is spread over many elements: mismatch in {', '.join(spread[: 1 + LISTED])}; {found}"
+        )
+        if worst:
+            located.append(worst)
     elif located:
         what = "Differing" if options.surrogate else "Wrong"
         listing.append(
@@ -934,7 +1094,7 @@ def _report_mismatch(
     )
 
 
-def _autodiff_rescued(run: CheckRun) -> tuple[int, int] | None:
+def note_autodiff_rescued(run: CheckRun) -> tuple[int, int] | None:
     """Where the framework's own gradient is NaN/Inf and the custom one is not, in the op's own precision for the
     trial's random upstream (taken by `compiled.py`): (how many elements, the first), or None. Taken once; the
     own-precision products are then let go (N-sized arrays at millions of elements that projection mode does not

@@ -62,6 +62,11 @@ class Trial:
     #: How many of the framework's ops the forward ran, where the adapter counts them (`ForwardRun.ops`).
     ops: int | None = None
 
+    def let_go(self) -> None:
+        """Drop the values (outputs, upstreams, gradients: input- and output-sized tensors) once no phase needs them;
+        their shapes and dtypes stay in the metas."""
+        self.outputs, self.upstreams, self.gradients, self.variable_gradients = [], [], None, None
+
 
 @dataclass(frozen=True)
 class OwnPrecision:

@@ -153,12 +153,44 @@ class Vjps:
 
 
 @dataclass(frozen=True)
+class Signs:
+    """R rows of random signs (+1 or -1) over N elements, packed eight to a byte: at millions of elements an eighth
+    of their int8 values' memory."""
+
+    packed: np.ndarray  # [R, ceil(N / 8)] uint8: np.packbits of (sign > 0) per row, the first element the high bit
+    size: int  # N
+
+    @classmethod
+    def of(cls, signs: np.ndarray) -> Signs:
+        """From [R, N] values of +-1."""
+        return cls(np.packbits(np.asarray(signs) > 0, axis=1), int(np.shape(signs)[1]))
+
+    def __len__(self) -> int:
+        return len(self.packed)
+
+    def rows(self, rows: np.ndarray | list[int]) -> np.ndarray:
+        """[T, N] int8 of +-1: the signs of these rows."""
+        values = np.unpackbits(self.packed[np.asarray(rows, np.intp)], axis=1, count=self.size).view(np.int8)
+        values *= 2
+        values -= 1
+        return values
+
+    def row(self, row: int) -> np.ndarray:
+        """[N] int8 of +-1."""
+        return self.rows([row])[0]
+
+    def at(self, row: int, element: int) -> int:
+        """The sign of one element of one row."""
+        return 1 if (int(self.packed[row, element >> 3]) >> (7 - (element & 7))) & 1 else -1
+
+
+@dataclass(frozen=True)
 class Directions:
     """T directions in z given by their factors, for `Adapter.evaluate` at millions of elements: direction t is
     `weights[t] * signs[rows[t]] * steps`, so that no [T, N] block of float64 values is built where the framework can
     form each direction inside its compiled call (`Adapter.takes_directions`); `dense` builds them elsewhere."""
 
-    signs: np.ndarray  # [R, N] int8 of +-1
+    signs: Signs
     steps: np.ndarray  # [N], in z's dtype
     rows: np.ndarray  # [T] int32: the row of `signs` each direction takes
     weights: np.ndarray  # [T, N] (per element) or [T, 1] (one factor per direction), float32
@@ -170,7 +202,7 @@ class Directions:
 
     def dense(self) -> np.ndarray:
         """[T, N]: the directions' values, in the steps' dtype."""
-        values = self.signs[self.rows].astype(self.steps.dtype)
+        values = self.signs.rows(self.rows).astype(self.steps.dtype)
         values *= self.steps
         values *= self.weights
         return values
@@ -379,7 +411,8 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def constant(self, array: np.ndarray, dtype: str) -> Any:
-        """A tensor holding `array` in `dtype` (a name: "float32", "bfloat16")."""
+        """A tensor holding `array` in `dtype` (a name: "float32", "bfloat16"); it may keep `array`'s memory
+        (gradmagic's own arrays, never written again)."""
 
     # -- running ------------------------------------------------------------------------------------------------
 

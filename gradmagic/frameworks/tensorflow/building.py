@@ -24,14 +24,14 @@ def sources(layout: Layout, inputs: list) -> list:
 
 def flat_outputs(outputs: Any, dtype: tf.DType) -> tf.Tensor:
     """The floating outputs, flattened and concatenated, in `dtype`."""
-    leaves = [tf.reshape(tf.cast(o, dtype), [-1]) for o in tf.nest.flatten(outputs) if o.dtype.is_floating]
-    return tf.concat(leaves, axis=0) if leaves else tf.zeros([0], dtype)
+    return _joined(
+        [tf.reshape(tf.cast(o, dtype), [-1]) for o in tf.nest.flatten(outputs) if o.dtype.is_floating], dtype
+    )
 
 
 def flat_gradients(gradients: list, dtype: tf.DType) -> tf.Tensor:
     """Gradients of the sources (dense), flattened and concatenated in z's order, in `dtype`."""
-    parts = [tf.reshape(tf.cast(tf.convert_to_tensor(g), dtype), [-1]) for g in gradients]
-    return tf.concat(parts, axis=0) if parts else tf.zeros([0], dtype)
+    return _joined([tf.reshape(tf.cast(tf.convert_to_tensor(g), dtype), [-1]) for g in gradients], dtype)
 
 
 def z_dtype(layout: Layout, inputs: list) -> tf.DType:
@@ -43,7 +43,14 @@ def z_dtype(layout: Layout, inputs: list) -> tf.DType:
 
 def z_vector(layout: Layout, inputs: list, dtype: tf.DType) -> tf.Tensor:
     """z: the perturbable inputs then the variables (their current values), flattened, in `dtype`."""
-    parts = [tf.reshape(tf.cast(part, dtype), [-1]) for part in sources(layout, inputs)]
+    return _joined([tf.reshape(tf.cast(part, dtype), [-1]) for part in sources(layout, inputs)], dtype)
+
+
+def _joined(parts: list, dtype: tf.DType) -> tf.Tensor:
+    """The flat parts one after the other: a single one as it is (a concatenation of one would copy it: millions of
+    elements kept twice through a compiled call)."""
+    if len(parts) == 1:
+        return parts[0]
     return tf.concat(parts, axis=0) if parts else tf.zeros([0], dtype)
 
 

@@ -4,6 +4,7 @@ op and input layout (see `tracing`). Importing this module imports TensorFlow.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import weakref
@@ -138,7 +139,9 @@ class TensorFlowAdapter(Adapter):
         return native(np.asarray(value.numpy() if hasattr(value, "numpy") else value))
 
     def constant(self, array: np.ndarray, dtype: str) -> Any:
-        return tf.constant(array, dtype=dtype)
+        """A tensor of `array` (gradmagic's own, not written again): a large one of that dtype shares its memory."""
+        shared = isinstance(array, np.ndarray) and array.dtype.name == dtype
+        return _tensor(array) if shared else tf.constant(array, dtype=dtype)
 
     # -- running --------------------------------------------------------------------------------------------------
 
@@ -153,12 +156,13 @@ class TensorFlowAdapter(Adapter):
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
         if isinstance(offsets, Directions):
             return self._along(target, layout, offsets, upstream, signs)
+        skeleton = _skeleton(layout)  # what the compiled function keeps: no input values
 
         def compute(inputs, offsets, signs, *upstream):
-            z = building.z_vector(layout, inputs, offsets.dtype)
+            z = building.z_vector(skeleton, inputs, offsets.dtype)
 
             def at(offset):
-                outputs = _forward_at(target, layout, inputs, z + offset)
+                outputs = _forward_at(target, skeleton, inputs, z + offset)
                 return tf.tensordot(outputs, upstream[0], 1) if upstream else outputs
 
             # A loop over the signs (one or two), each sign's points at once, or one after the other when they are
@@ -166,9 +170,9 @@ class TensorFlowAdapter(Adapter):
             # points, and no P x N block per sign either.
             large = (offsets.shape[1] or 0) > building.LARGE_ROWS
             if tf.executing_eagerly():
-                return tf.stack([_map(layout, lambda offset: at(sign * offset), offsets) for sign in signs])
+                return tf.stack([_map(skeleton, lambda offset: at(sign * offset), offsets) for sign in signs])
             return tf.map_fn(
-                lambda sign: _map(layout, lambda offset: at(sign * offset), offsets, vectorize=not large),
+                lambda sign: _map(skeleton, lambda offset: at(sign * offset), offsets, vectorize=not large),
                 signs,
                 parallel_iterations=1 if large else None,
             )
@@ -184,27 +188,35 @@ class TensorFlowAdapter(Adapter):
         """`evaluate` along `Directions`: each direction formed inside the compiled call from its factors, the
         forward at z plus each sign times it contracted with `upstream`, and its product with the gradient; no
         [T, N] block of directions or points. At millions of elements the directions run one after the other."""
+        skeleton = _skeleton(layout)  # what the compiled function keeps: no input values
         dtype = tf.as_dtype(directions.steps.dtype)
         size, count = directions.steps.size, len(signs)
         with_gradient = directions.gradient is not None
 
         def compute(inputs, bits, steps, rows, weights, sign_values, upstream, *gradient):
-            z = building.z_vector(layout, inputs, dtype)
+            z = building.z_vector(skeleton, inputs, dtype)
+
+            def direction(t, factor):
+                # The row's packed signs unpacked (the first element the high bit of its byte) into +-1.
+                bit = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits[rows[t]][:, None], _HIGH_FIRST), 1)
+                sign = tf.cast(tf.reshape(bit, [-1])[:size], dtype) * 2 - 1
+                return sign * (factor * tf.cast(weights[t], dtype) * steps)
 
             def along(t):
-                direction = tf.cast(bits[rows[t]], dtype) * (tf.cast(weights[t], dtype) * steps)
-                values = [tf.tensordot(direction, gradient[0], 1)] if gradient else []
+                # Each point formed anew, its direction's temporaries gone before the forward runs: at millions of
+                # elements one float64 vector less alive at the forward's peak.
+                values = [tf.tensordot(direction(t, 1.0), gradient[0], 1)] if gradient else []
                 for k in range(count):  # one sign after the other: one point's temporaries at a time
                     with tf.control_dependencies(values[-1:]):
-                        point = z + sign_values[k] * direction
-                    values.append(tf.tensordot(_forward_at(target, layout, inputs, point), upstream, 1))
+                        point = z + direction(t, sign_values[k])
+                    values.append(tf.tensordot(_forward_at(target, skeleton, inputs, point), upstream, 1))
                 return tf.stack(values[1:] + values[:1] if gradient else values)
 
             if tf.executing_eagerly():
                 return tf.stack([along(t) for t in range(rows.shape[0])], axis=1)
             large = size > building.LARGE_ROWS
             indices = tf.range(tf.shape(rows)[0])
-            if large or layout.variables:
+            if large or skeleton.variables:
                 values = tf.map_fn(
                     along,
                     indices,
@@ -217,7 +229,7 @@ class TensorFlowAdapter(Adapter):
 
         signature = [
             _specs(layout.inputs),
-            tf.TensorSpec([None, size], tf.int8),
+            tf.TensorSpec([None, directions.signs.packed.shape[1]], tf.uint8),
             tf.TensorSpec([size], dtype),
             tf.TensorSpec([None], tf.int32),
             tf.TensorSpec([None, None], tf.float32),
@@ -226,7 +238,7 @@ class TensorFlowAdapter(Adapter):
         ] + [tf.TensorSpec([size], dtype)] * with_gradient
         arguments = (
             list(layout.inputs),
-            _tensor(directions.signs),
+            _tensor(directions.signs.packed),
             _tensor(directions.steps),
             tf.constant(directions.rows, tf.int32),
             _tensor(directions.weights.astype(np.float32, copy=False)),
@@ -238,23 +250,24 @@ class TensorFlowAdapter(Adapter):
         return self._run(target, layout, kind, compute, signature, arguments, work).numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
+        skeleton = _skeleton(layout)  # what the compiled function keeps: no input values
         one_point, count = len(points) == 1, len(upstreams)
         dtype = tf.as_dtype(points.dtype)
 
         def compute(inputs, points, upstreams):
             def at(point):
-                leaves = _leaves_at(layout, inputs, point)
-                outputs, custom = _outputs_and_vjps(layout, leaves, target.op, upstreams, dtype, jacobian)
+                leaves = _leaves_at(skeleton, inputs, point)
+                outputs, custom = _outputs_and_vjps(skeleton, leaves, target.op, upstreams, dtype, jacobian)
                 if not autodiff:
                     return outputs, custom
                 plain_vjps = building.autodiff_or_nan(
-                    lambda: _outputs_and_vjps(layout, leaves, target.forward, upstreams, dtype, jacobian)[1], custom
+                    lambda: _outputs_and_vjps(skeleton, leaves, target.forward, upstreams, dtype, jacobian)[1], custom
                 )
                 return outputs, custom, plain_vjps
 
             if one_point:
                 return [result[None] for result in at(points[0])]
-            return _map(layout, at, points, results=3 if autodiff else 2, vectorize=count == 1 and not jacobian)
+            return _map(skeleton, at, points, results=3 if autodiff else 2, vectorize=count == 1 and not jacobian)
 
         signature = [
             _specs(layout.inputs),
@@ -270,17 +283,18 @@ class TensorFlowAdapter(Adapter):
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """The Jacobian of the custom VJP J(z)^T u, by an outer tape around the gradient function's ops."""
+        skeleton = _skeleton(layout)  # what the compiled function keeps: no input values
         dtype = tf.as_dtype(upstream.dtype)
 
         def compute(inputs, upstream):
-            watched = [inputs[k] for k in layout.perturbable]
+            watched = [inputs[k] for k in skeleton.perturbable]
             with tf.GradientTape(persistent=tf.executing_eagerly()) as outer:
                 outer.watch(watched)
-                gradient = _outputs_and_vjps(layout, inputs, target.op, upstream[None], dtype)[1][0]
+                gradient = _outputs_and_vjps(skeleton, inputs, target.op, upstream[None], dtype)[1][0]
             if tf.executing_eagerly():  # nested eager tapes, a row at a time (as TensorFlow's own tests take them)
 
                 def row(one_hot):
-                    sources = building.sources(layout, inputs)
+                    sources = building.sources(skeleton, inputs)
                     rows = outer.gradient(
                         gradient, sources, output_gradients=one_hot, unconnected_gradients=tf.UnconnectedGradients.ZERO
                     )
@@ -289,7 +303,7 @@ class TensorFlowAdapter(Adapter):
                 return building.over_rows(row, tf.eye(tf.size(gradient), dtype=dtype))
             blocks = outer.jacobian(
                 gradient,
-                building.sources(layout, inputs),
+                building.sources(skeleton, inputs),
                 unconnected_gradients=tf.UnconnectedGradients.ZERO,
                 experimental_use_pfor=False,
             )
@@ -301,17 +315,18 @@ class TensorFlowAdapter(Adapter):
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         """Trace forward (name scope "forward") and backward ("backward") in one graph and classify its ops."""
+        skeleton = _skeleton(layout)  # what the compiled function keeps: no input values
 
         def traced(inputs, upstreams):
-            watched = [inputs[k] for k in layout.perturbable]
+            watched = [inputs[k] for k in skeleton.perturbable]
             with tf.name_scope("forward"):
                 with tf.GradientTape() as tape:
                     tape.watch(watched)
-                    outputs = tf.nest.flatten(building.call(target.op, layout, inputs))
+                    outputs = tf.nest.flatten(building.call(target.op, skeleton, inputs))
             with tf.name_scope("backward"):
                 gradients = tape.gradient(
                     outputs,
-                    watched + list(layout.variables),
+                    watched + list(skeleton.variables),
                     output_gradients=upstreams,
                     unconnected_gradients=tf.UnconnectedGradients.ZERO,
                 )
@@ -352,6 +367,8 @@ class TensorFlowAdapter(Adapter):
         compiled = self._compiled(target, layout, kind, compute, signature)
         cache = cache_of(target.raw)
         traces_left = cache.get(_TRACES_LEFT, 1)
+        if sum(int(np.prod(leaf.shape)) for leaf in layout.perturbed) >= COMPILED_ELEMENTS:
+            work = max(work, EAGER_WORK + 1)
         if compiled.worth_tracing(*arguments, work=work, eager_work=EAGER_WORK, may_trace=traces_left > 0):
             if not compiled.traced_for(*arguments) and work <= EAGER_WORK:
                 cache[_TRACES_LEFT] = traces_left - 1
@@ -444,9 +461,20 @@ def _counting_ops():
 
 #: The key in an op's cache (`cache_of`) of how many small batches its check in progress may still trace.
 _TRACES_LEFT = "traces left"
+#: From this many elements on, every batch runs compiled: eagerly each op's result is a new buffer, while a compiled
+#: graph reuses its inputs' (a float64 forward at 5,000,000 elements kept 147 MB of temporaries eagerly, 71 MB
+#: compiled, measured), and a trace costs little beside evaluations of that size.
+COMPILED_ELEMENTS = 1 << 21
 #: Work up to which a cold op's batch runs eagerly: tracing a `tf.function` costs as much as 15 to 60 eager
 #: vector-Jacobian products of the same op (measured, from 3 to 300 ops), and most checks of a small op need fewer.
 EAGER_WORK = 64
+
+
+def _skeleton(layout: Layout) -> Layout:
+    """`layout` with its inputs as specs: what a compiled function's closure keeps of it between checks (the values
+    come as its arguments), so that no cast-up copy of a large input stays alive with the op."""
+    specs = [tf.TensorSpec.from_tensor(leaf) if isinstance(leaf, tf.Tensor) else leaf for leaf in layout.inputs]
+    return dataclasses.replace(layout, inputs=tuple(specs), structure=tf.nest.pack_sequence_as(layout.structure, specs))
 
 
 def _tensor_or_variable(value: Any) -> Any:
@@ -460,6 +488,11 @@ def _specs(tensors) -> list:
 #: Arrays from this size on reach TensorFlow without a copy (DLPack); a copy of millions of points costs more than
 #: the forward on them.
 _SHARED_BYTES = 1 << 20
+
+
+#: The shifts that unpack a byte of `Signs` into its eight elements, the first the high bit (a NumPy array: a
+#: TensorFlow constant made at import would be an op of the user's graph in TensorFlow 1's graph mode).
+_HIGH_FIRST = np.array([7, 6, 5, 4, 3, 2, 1, 0], np.uint8)
 
 
 #: TensorFlow's tensors start on this boundary (Eigen's alignment); one that does not would abort the process.
