@@ -71,6 +71,7 @@ def check(
                     if take_own_precision(run):
                         if options.tf_function and not deferred:
                             compare_compiled(run)
+                        run.trial.let_go(gradients_only=True)  # compared: not needed again
                         if not run.failed:
                             check_linearity(run)
             if options.numbers and not run.failed:

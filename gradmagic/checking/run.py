@@ -62,10 +62,13 @@ class Trial:
     #: How many of the framework's ops the forward ran, where the adapter counts them (`ForwardRun.ops`).
     ops: int | None = None
 
-    def let_go(self) -> None:
-        """Drop the values (outputs, upstreams, gradients: input- and output-sized tensors) once no phase needs them;
-        their shapes and dtypes stay in the metas."""
-        self.outputs, self.upstreams, self.gradients, self.variable_gradients = [], [], None, None
+    def let_go(self, gradients_only: bool = False) -> None:
+        """Drop the values (input- and output-sized tensors) once no phase needs them: the gradients after the
+        comparison with the compiled run, the outputs and upstreams once projection mode starts. Their shapes and
+        dtypes stay in the metas."""
+        self.gradients = self.variable_gradients = None
+        if not gradients_only:
+            self.outputs, self.upstreams = [], []
 
 
 @dataclass(frozen=True)

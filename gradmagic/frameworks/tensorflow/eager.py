@@ -260,9 +260,13 @@ class TensorFlowAdapter(Adapter):
                 outputs, custom = _outputs_and_vjps(skeleton, leaves, target.op, upstreams, dtype, jacobian)
                 if not autodiff:
                     return outputs, custom
-                plain_vjps = building.autodiff_or_nan(
-                    lambda: _outputs_and_vjps(skeleton, leaves, target.forward, upstreams, dtype, jacobian)[1], custom
-                )
+                # Autodiff after the custom gradient, not beside it: at millions of elements the two passes'
+                # temporaries are not alive at once.
+                with tf.control_dependencies([custom]):
+                    plain_vjps = building.autodiff_or_nan(
+                        lambda: _outputs_and_vjps(skeleton, leaves, target.forward, upstreams, dtype, jacobian)[1],
+                        custom,
+                    )
                 return outputs, custom, plain_vjps
 
             if one_point:
