@@ -1,0 +1,161 @@
+"""Projection mode: the custom gradient against finite differences at any size, and where it is wrong.
+
+The package: `probing` (the measurements), `detection` (their verdict), `localisation` (which elements), `blocks`
+(block probes, and single elements measured on their own), `wording` (what is reported), `constants`;
+`compare_projected` here runs them in that order.
+
+Detection. For a random upstream vector u and signed random directions d_k
+(each element +-h_i), the custom gradient g = J^T u predicts g . d_k, and
+central differences measure u . (f(z + d_k) - f(z - d_k)) / 2 = u . J d_k.
+Their difference divided by the sum of the absolute terms is a scale-aware
+error. The same directions at twice the step give, by Richardson's argument,
+the truncation error of the differences; with their rounding bound, that is
+the measured noise floor the error is judged against. Nothing grows with the
+number of elements, and signed directions cannot cancel a wrong element out.
+
+Localisation. The mismatch along a direction is linear in it: restricted to
+a set S with element weights c, it is sum_{i in S} e_i c_i d_i where e is the
+error of the custom gradient. With one wrong element i, the ratio of the
+weighted to the unweighted mismatch is c_i. Weights that spell an element's
+rank in base B (up to 1024, limited by the measured signal-to-noise ratio)
+thus name i in log_B(N) directions, two for a million elements. When the
+ratios sit on the digit lattice within the measured noise, one element it
+is; when they only come close, one more direction along i alone verifies it.
+Found elements are taken out and the rest of the mismatch searched again.
+When the ratios fall off the lattice, the set holds several wrong elements:
+it is split into blocks, measured in one call, and the search goes on in the
+blocks that carry mismatch (group testing). More such blocks than can be
+listed means the error is everywhere, and the report says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gradmagic.checking import surrogate
+from gradmagic.checking.differences import machine_epsilon, tolerances
+from gradmagic.checking.projection.blocks import BlockProbes
+from gradmagic.checking.projection.constants import NOISE_MARGIN, SINGLE_ELEMENT_WARNING
+from gradmagic.checking.projection.detection import Detection, detect, probe
+from gradmagic.checking.projection.localisation import Locator
+from gradmagic.checking.projection.probing import Prober, probe_upstream, random_signs
+from gradmagic.checking.projection.wording import (
+    Mismatch,
+    report_autodiff,
+    report_mismatch,
+    report_resolution,
+    resolution,
+)
+from gradmagic.checking.run import CheckRun
+from gradmagic.frameworks.base import Layout
+from gradmagic.report import ElementComparison, Numerics
+
+__all__ = ["compare_projected", "note_autodiff_rescued", "probe_upstream", "random_signs"]
+
+
+def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
+    """Projection-mode comparison in `layout`'s precision: the probes measured and judged (`detection`), then the
+    wrong elements located (`localisation`), or, for a pass, block probes where rounding hides single elements and
+    what the pass resolves said (`wording`). Records fd-mismatch (or surrogate-*), fd-nonfinite, fd-noisy,
+    projection-resolution and autodiff-nonfinite problems."""
+    options = run.options
+    rescued = note_autodiff_rescued(run)
+    run.trial.let_go()  # millions of elements: what the trial computed is not needed again
+    if layout is not run.layout:
+        run.release_z(run.layout)
+    dtype = run.precision(layout)
+    epsilon = machine_epsilon(dtype)
+    rtol, atol = tolerances(dtype, options.rtol, options.atol)
+    prober = Prober(run, layout)
+    measured = probe(run, prober)
+    if measured is None:
+        return Numerics(mode="skipped", skipped_because="finite differences along random directions are NaN/Inf")
+    detection = detect(run, layout, prober, measured)
+    judge = BlockProbes(prober, detection.relative_truncation, epsilon, rtol, atol)
+    if detection.failing.any():
+        located, max_error = _located(run, prober, detection, judge)
+    else:
+        located, max_error = _passed(run, layout, prober, detection, judge)
+    report_autodiff(run, rescued)
+    return Numerics(
+        mode="projection",
+        dtype=dtype,
+        rtol=rtol,
+        atol=atol,
+        eps=options.eps if options.eps is not None else epsilon ** (1 / 3),
+        elements=int(prober.z.size),
+        max_error=max_error,
+        probes=options.probes,
+        noise_floor=detection.noise_floor,
+        worst=tuple(located),
+    )
+
+
+def _located(
+    run: CheckRun, prober: Prober, detection: Detection, judge: BlockProbes
+) -> tuple[list[ElementComparison], float]:
+    """A failing probe's wrong elements (or the blocks carrying a spread error), reported; and the worst error as a
+    share of its threshold."""
+    worst = detection.worst
+    prober.trust_reference(detection.differences, detection.threshold)
+    locator = Locator(
+        prober,
+        worst,
+        detection.differences[worst] - detection.predicted[worst],
+        detection.allowance(worst, NOISE_MARGIN * detection.noise[worst]),
+        detection.allowance(worst, detection.typical_noise[worst]),
+        run.columns,
+        judge,
+    )
+    located, spread = locator.run()
+    report_mismatch(run, prober, detection.mismatch(located, spread))
+    return located, detection.max_error
+
+
+def _passed(
+    run: CheckRun, layout: Layout, prober: Prober, detection: Detection, judge: BlockProbes
+) -> tuple[list[ElementComparison], float]:
+    """Every probe within its noise: block probes where rounding hides a typical element's error (float32 at scale,
+    sized for the small ones), then what the pass resolves, said where it is coarser than the tolerance."""
+    options, max_error = run.options, detection.max_error
+    seen = detection.threshold * float(np.min(detection.scale))
+    located: list[ElementComparison] = []
+    small, typical, _ = resolution(prober, seen, judge.atol)
+    if detection.judgeable and typical > SINGLE_ELEMENT_WARNING:
+        located, seen = judge.run(small)
+        if located:
+            mismatch = Mismatch(
+                judge.failing,
+                judge.worst_relative,
+                detection.noise_floor,
+                judge.predicted,
+                judge.differences,
+                tuple(located),
+                directions="random directions, each over one block of the elements",
+            )
+            report_mismatch(run, prober, mismatch)
+            max_error = max(max_error, judge.worst_error)
+    if not located:
+        if options.surrogate and detection.judgeable and not judge.unmeasured:
+            surrogate.report_declared_match(run.findings)
+        dtype = run.precision(layout)
+        tolerated = (judge.rtol, judge.atol)
+        report_resolution(run, layout, prober, seen, dtype, tolerated, detection.threshold, judge.unmeasured)
+    return located, max_error
+
+
+def note_autodiff_rescued(run: CheckRun) -> tuple[int, int] | None:
+    """Where the framework's own gradient is NaN/Inf and the custom one is not, in the op's own precision for the
+    trial's random upstream (taken by `compiled.py`): (how many elements, the first), or None. Taken once; the
+    own-precision products are then let go (N-sized arrays at millions of elements that projection mode does not
+    need again)."""
+    own = run.own_precision
+    if own is not None:
+        trial, run.own_precision = own.trial, None
+        run.autodiff_rescued = None
+        if trial.autodiff is not None:
+            with np.errstate(all="ignore"):
+                rescued = ~np.isfinite(trial.autodiff[0, 0]) & np.isfinite(trial.custom[0, 0])
+            if rescued.any():
+                run.autodiff_rescued = (int(rescued.sum()), int(np.flatnonzero(rescued)[0]))
+    return run.autodiff_rescued
