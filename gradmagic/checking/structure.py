@@ -9,6 +9,7 @@ at hand) needs.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import inspect
 from dataclasses import dataclass
@@ -418,6 +419,16 @@ def _split_variable_gradients(run: CheckRun, trial: Trial, returned: Any, line: 
 def _input_gradients(run: CheckRun, returned: Any, line: int | None) -> list | None:
     """One gradient per input leaf, or None after recording why not (a list where a tuple is needed, a count)."""
     adapter, findings, names = run.adapter, run.findings, run.inputs.names
+    if isinstance(returned, collections.abc.Iterator):  # a generator expression, `map`, `zip`: no gradients yet
+        findings.add(
+            "grad-type",
+            "error",
+            f"The gradient function returns {_what(returned)}, not the gradients: {adapter.decorator} takes it as it "
+            "is, unchecked, and it fails later, far away. Return a tuple of gradients (one per input, None for an "
+            "input without one): `tuple(...)` around a generator expression, or the tensor itself for one input.",
+            line=line,
+        )
+        return None
     if adapter.convention.tuple_required and isinstance(returned, list):
         findings.add(
             "grad-list",
@@ -529,7 +540,19 @@ def _check_gradient(
         return
     gradient_meta = adapter.meta(gradient)
     if gradient_meta is None:
-        gradient_meta = adapter.meta(adapter.to_tensors(gradient))
+        try:
+            gradient_meta = adapter.meta(adapter.to_tensors(gradient))
+        except Exception:  # noqa: BLE001 - what the user's gradient function returned is no tensor at all
+            findings.add(
+                "grad-type",
+                "error",
+                f"The gradient for {role} `{name}` is {_what(gradient)}, not a tensor: {wording.framework} takes it "
+                f"as it is, unchecked, and fails later, far away. Return a tensor of `{name}`'s shape "
+                f"{list(meta.shape)} (or None for no gradient).",
+                line=line,
+                **where,
+            )
+            return
     matches = gradient_meta.shape == meta.shape and gradient_meta.dtype == meta.dtype
     findings.rows.append(
         TensorRow(kind, f"d{name}", gradient_meta.shape, gradient_meta.dtype, meta.shape, meta.dtype, matches)
@@ -750,4 +773,5 @@ def _first_lines(text: str) -> str:
 def _what(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)}"
-    return "None" if value is None else f"a {type(value).__name__}"
+    kind = type(value).__name__
+    return "None" if value is None else f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
