@@ -87,13 +87,18 @@ def check_structure(run: CheckRun) -> None:
         if _upstream_left_none(adapter, grad_fn, arguments, keywords):
             _missing_upstream_fallback(run, grad_fn, f"raised {type(error).__name__}")
             return
-        findings.add(
-            "grad-error",
-            "error",
-            _raised("gradient function", findings, error, grad_fn, len(upstreams)),
-            line=error_line(error, target, findings.wording),
-        )
-        return
+        asked = _asks_for_gradient(inputs.metas, variables)
+        message = _raised("gradient function", findings, error, grad_fn, len(upstreams))
+        if not asked:  # no input the framework differentiates: its failure here is no failure of the op
+            message += (
+                f" But {findings.wording.framework} never calls it for these inputs: none is floating and the forward "
+                "reads no variable, so no gradient is asked for. Check the op at floating inputs to judge its gradient."
+            )
+        where = error_line(error, target, findings.wording)
+        findings.add("grad-error", "error" if asked else "info", message, line=where)
+        if asked:
+            return
+        returned = (None,) * len(inputs.names)
     finally:
         _side_effects(run, watch, grad_fn)
     if returned is None and _upstream_left_none(adapter, grad_fn, arguments, keywords):
@@ -358,6 +363,12 @@ def _accepts_call(run: CheckRun, grad_fn, arguments: list, keywords: dict) -> bo
         line=first_line(grad_fn),
     )
     return False
+
+
+def _asks_for_gradient(metas: list[TensorMeta], variables: list) -> bool:
+    """Whether the framework asks the gradient function for anything: some input it differentiates (a floating or
+    complex one), or a variable the forward reads."""
+    return bool(variables) or any(meta.floating or meta.dtype.startswith("complex") for meta in metas)
 
 
 def _upstream_left_none(adapter: Adapter, grad_fn: Any, arguments: list, keywords: dict) -> bool:
