@@ -2,8 +2,14 @@
 line, `%config`), nothing of the user's is blamed on gradmagic, no option or input turns a wrong gradient into a pass,
 and nothing a check runs is left behind in the notebook."""
 
+import warnings
+
+import numpy as np
 import pytest
-from conftest import problem
+import tensorflow as tf
+from conftest import codes, problem
+
+import gradmagic
 
 # -- what the gradient function returns ----------------------------------------------------------------------------
 
@@ -25,6 +31,41 @@ def test_a_gradient_that_is_no_tensor_is_named_at_its_line_never_blamed_on_gradm
 
 
 # -- example inputs ------------------------------------------------------------------------------------------------
+
+
+def test_non_finite_inputs_are_named_as_the_cause_without_a_numpy_warning(nb):
+    shown = nb.ok(
+        "%%custom_gradient --check x=tf.constant([1., float('nan'), float('inf')])\ndef square(x):\n"
+        "    return x * x, lambda dy: dy * 2 * x\n"
+    ).shown
+    report = nb.ns["_"]
+    assert report.verdict == "unchecked" and codes(report) == ["nonfinite-input"], report
+    found = problem(report, "nonfinite-input")
+    assert "The example input `x` has 2 non-finite elements (Inf/NaN): x[1], x[2]" in found.message
+    assert found.location.input == "x" and found.location.index == (1,)
+    assert report.numerics.skipped_because == "the example inputs are NaN/Inf at x[1], x[2]"
+    assert "RuntimeWarning" not in shown and "forward" not in found.message.split(".")[0]
+
+    def doubled(x):
+        return x * 2.0, lambda dy: dy * 2.0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning leaking from the check fails the test
+        report = gradmagic.check(doubled, np.array([1.0, np.inf]))
+    assert codes(report) == ["nonfinite-input"]
+
+
+def test_a_variable_that_is_not_finite_is_named():
+    weight = tf.Variable([1.0, np.nan], name="weight")
+
+    @tf.custom_gradient
+    def scaled(x):
+        return x * weight, lambda dy, variables=None: (dy * weight, [dy * x])
+
+    report = gradmagic.check(scaled, tf.constant([1.0, 2.0]))
+    found = problem(report, "nonfinite-input")
+    assert "The variable `weight`, which the forward reads, has 1 non-finite element (NaN): weight[1]" in found.message
+    assert report.verdict == "unchecked" and found.location.variable == "weight"
 
 
 def test_a_gradient_function_never_called_for_integer_inputs_is_not_failed(nb):

@@ -115,6 +115,9 @@ class CheckRun:
     forward_ops: frozenset[str] | None = None  # what the traced forward's ops do (see surrogate.forward_ops)
     graph: Graph | None = None
     numerics: Numerics | None = None  # None until the numbers phase ran (or why it did not is said, `report`)
+    #: Why the check stopped before comparing any number though nothing failed (non-finite example inputs): the
+    #: reason of its "not checked".
+    stopped: str | None = None
     sweep: Sweep | None = None
     #: The float the op computes in where the finite differences run, measured (`precision.effective`) when it is
     #: coarser than z's dtype there; steps and tolerances follow it.
@@ -237,6 +240,8 @@ class CheckRun:
         errors = [problem.code for problem in self.findings.problems if problem.severity == "error"]
         if errors:
             return f"not run after the error {errors[0]}"
+        if self.stopped is not None:
+            return self.stopped
         return "not asked for (numbers=False)" if not self.options.numbers else "not run"
 
     def report(self) -> Report:

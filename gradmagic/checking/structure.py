@@ -22,7 +22,7 @@ from gradmagic.checking.run import CheckRun, Trial
 from gradmagic.checking.side_effects import StateWatch
 from gradmagic.checking.source_lines import error_line, first_line, return_line, returned_names
 from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, TensorMeta
-from gradmagic.report import TensorRow
+from gradmagic.report import TensorRow, element_label
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
 PORTABLE_FORM = """def grad(*args, upstream=None):
@@ -36,6 +36,8 @@ def check_structure(run: CheckRun) -> None:
     trial in `run.trial`."""
     adapter, target, inputs, findings = run.adapter, run.target, run.inputs, run.findings
     _check_keyword_inputs(adapter, inputs, findings)
+    if _nonfinite_inputs(run, "input", inputs.names, inputs.metas, inputs.leaves):
+        return
     try:
         forward = adapter.run_forward(lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves)
     except OpProblem as found:  # a mistake the framework reports far away, or not at all, found by the adapter
@@ -50,6 +52,10 @@ def check_structure(run: CheckRun) -> None:
         )
         return
     result, variables = forward.result, forward.variables
+    variable_metas = [adapter.meta(v) for v in variables]
+    variable_names = _distinct([meta.name for meta in variable_metas])
+    if _nonfinite_inputs(run, "variable", variable_names, variable_metas, variables):
+        return
     composite = target.origin == "composite" or (target.origin == "plain" and not _attempts_pair(result))
     if composite:
         if not _as_composite(run, forward):
@@ -61,8 +67,6 @@ def check_structure(run: CheckRun) -> None:
     if named is None:
         return
     outputs, output_names, output_metas = named
-    variable_metas = [adapter.meta(v) for v in variables]
-    variable_names = _distinct([meta.name for meta in variable_metas])
     for name, meta in zip(variable_names, variable_metas):
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
     if composite:  # the framework takes the gradient: no gradient function of the user's to call
@@ -482,6 +486,38 @@ def _partial_note(raw: Any) -> str:
         "argument is a constant of the op, not one of its inputs, and gets no gradient. Give the inputs to the check "
         "instead (bind only the options, by keyword: `partial(op, scale=2.0)`)."
     )
+
+
+def _nonfinite_inputs(run: CheckRun, role: str, names: list[str], metas: list[TensorMeta], values: list) -> bool:
+    """nonfinite-input: example inputs (or variables the forward reads) holding NaN or Inf, each named with its
+    elements; the check stops there ("not checked"), before anything blames the op for what they make of it."""
+    found = []
+    for name, meta, value in zip(names, metas, values):
+        if meta is None or not meta.floating:
+            continue
+        array = run.adapter.to_numpy(value)
+        bad = np.argwhere(~np.isfinite(array))
+        if not len(bad):
+            continue
+        indices = [tuple(int(i) for i in index) for index in bad[:LISTED]]
+        kinds = sorted({"NaN" if np.isnan(array[index]) else "Inf" for index in indices})
+        elements = [element_label(name, index) for index in indices]
+        found += elements
+        what = f"The example input `{name}`" if role == "input" else f"The variable `{name}`, which the forward reads,"
+        run.findings.add(
+            "nonfinite-input",
+            "warning",
+            f"{what} has {plural(len(bad), 'non-finite element')} ({'/'.join(kinds)}): "
+            f"{', '.join(elements)}{' ...' if len(bad) > LISTED else ''}. At such a point the outputs and the "
+            "gradients are not finite because the input is not, and finite differences cannot step from it: nothing "
+            f"can be judged there. Check the op at finite {'inputs' if role == 'input' else 'variable values'}.",
+            index=indices[0],
+            **{role: name},
+        )
+    if found:
+        what = "example inputs" if role == "input" else "variables the forward reads"
+        run.stopped = f"the {what} are NaN/Inf at {', '.join(found[:LISTED])}{' ...' if len(found) > LISTED else ''}"
+    return bool(found)
 
 
 def _check_keyword_inputs(adapter: Adapter, inputs, findings: Findings) -> None:
