@@ -24,7 +24,7 @@ from traitlets import Bool, Enum, Float, Int
 from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
-from gradmagic.errors import GradmagicError, OptionError, interrupts_in_user_frames
+from gradmagic.errors import GradmagicError, interrupts_in_user_frames
 from gradmagic.magic_line import is_example_input, split_words
 from gradmagic.op import OpInfo, attach, info_of
 from gradmagic.report import display_text
@@ -468,8 +468,7 @@ class GradientMagics(Magics):
         options = self._parse(self.gradwatch, line)
         if options.name is not None and not options.name.isidentifier():
             raise UsageError(f"%%gradwatch NAME binds the report to a name: {options.name!r} is not one.")
-        configured = ("rtol", "atol", "eps", "order", "graph", "sweep", "full_threshold", "probes", "seed")
-        settings = {name: getattr(self, name) for name in configured}
+        settings = self._configured_settings()
         if options.memory is not None and not options.memory >= 0:
             raise UsageError(f"--memory is in megabytes, at least 0, not {options.memory:g}.")
         memory = MEMORY_LIMIT if options.memory is None else int(options.memory * 2**20)
@@ -589,21 +588,30 @@ class GradientMagics(Magics):
             raise
 
     def _settings(self, options, framework: str) -> CheckOptions:
-        """The check's options: the line's over the `%config` traits' (an OptionError naming a bad one)."""
+        """The check's options: the line's over the `%config` traits' (an OptionError naming a bad one as given:
+        `--rtol` on the line, `%config GradientMagics.rtol`)."""
         line = {name: getattr(options, name) for name in ("rtol", "atol", "eps", "order", "graph", "sweep")}
         configured = {name: getattr(self, name) for name in ("full_threshold", "probes", "seed")}
-        try:
-            return CheckOptions(
-                framework=framework,
-                **{name: getattr(self, name) if value is None else value for name, value in line.items()},
-                **configured,
-                surrogate=bool(options.surrogate),
-                backends=() if options.backends is None else options.backends,
-            )
-        except OptionError as error:  # named as the user gave it: --rtol on the line, rtol by %config
-            given = str(error).split()[0].rstrip(":")
-            on_line = getattr(options, given, None) is not None
-            raise OptionError(f"--{error}" if on_line else f"%config GradientMagics.{error}") from None
+        sources = {name: f"%config GradientMagics.{name}" for name in (*line, *configured, "framework")}
+        sources.update({name: f"--{name}" for name, value in line.items() if value is not None})
+        if options.backends is not None:
+            sources["backends"] = "--backends"
+        if getattr(options, "keras", False):
+            sources["framework"] = "--keras"
+        return CheckOptions(
+            framework=framework,
+            **{name: getattr(self, name) if value is None else value for name, value in line.items()},
+            **configured,
+            surrogate=bool(options.surrogate),
+            backends=() if options.backends is None else options.backends,
+            sources=sources,
+        )
+
+    def _configured_settings(self) -> dict:
+        """The check options `%config GradientMagics` sets, for a watch: each named as `%config` sets it."""
+        names = ("rtol", "atol", "eps", "order", "graph", "sweep", "full_threshold", "probes", "seed")
+        settings = {name: getattr(self, name) for name in names}
+        return {**settings, "sources": {name: f"%config GradientMagics.{name}" for name in names}}
 
     def _check(self, op, examples, arguments: tuple[list, dict], settings: CheckOptions):
         """Run the check with these options; the report can re-check."""

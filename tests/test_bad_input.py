@@ -8,8 +8,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import codes, problem
+from IPython.core.error import UsageError
 
 import gradmagic
+
+
+@pytest.fixture
+def previous(nb):
+    """An op and a variable defined before the cell under test, which a failing cell must leave as they were."""
+    nb.ok("%%custom_gradient\ndef kept(x):\n    return x * 3, lambda dy: dy * 3")
+    nb.ok("weights = tf.Variable([1., 2.])")
+    return nb.ns["kept"], nb.ns["weights"]
+
+
+def assert_kept(nb, previous):
+    assert nb.ns["kept"] is previous[0] and nb.ns["weights"] is previous[1]
+    nb.ok("assert float(tf.reduce_sum(kept(tf.constant([1., 1.])))) == 6.0")
+
 
 # -- what the gradient function returns ----------------------------------------------------------------------------
 
@@ -84,3 +99,29 @@ def test_a_gradient_function_never_called_for_integer_inputs_is_not_failed(nb):
         "    def grad(dy):\n        return dy * n, dy\n    return tf.cast(n, tf.float32) * y, grad\n"
     )
     assert problem(nb.ns["_"], "grad-error").severity == "error"
+
+
+# -- the magic line ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("--rtol 0.9", "--rtol is a relative tolerance: at 0.5 or more it passes a gradient twice too large"),
+        ("--keras --backends all,jax", "--backends: 'all' stands alone (every installed backend), not in a list"),
+    ],
+)
+def test_a_bad_magic_line_names_its_cause_and_loses_nothing(nb, previous, line, message):
+    run = nb.fails(f"%%custom_gradient {line}\ndef kept(x):\n    return x * 5, lambda dy: dy * 5", UsageError)
+    assert message in run.stderr, run.stderr
+    assert_kept(nb, previous)
+
+
+def test_a_bad_config_value_in_a_watch_is_said_to_come_from_config(nb):
+    nb.ok("%config GradientMagics.probes = 0")
+    try:
+        run = nb.fails("%%gradwatch\nkept_value = 1", UsageError)
+        assert "%config GradientMagics.probes must be at least 1, not 0" in run.stderr
+        assert "kept_value" not in nb.ns
+    finally:
+        nb.ok("%config GradientMagics.probes = 4")
