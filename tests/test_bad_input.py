@@ -11,6 +11,14 @@ from conftest import codes, problem
 from IPython.core.error import UsageError
 
 import gradmagic
+from gradmagic.errors import OptionError
+
+FIVE_TIMES = """%%custom_gradient --check x=tf.constant([1., 2.]){}
+def five_times(x):
+    def grad(dy):
+        return dy * 10 * x
+    return x * x, grad
+"""
 
 
 @pytest.fixture
@@ -43,6 +51,90 @@ def test_a_gradient_that_is_no_tensor_is_named_at_its_line_never_blamed_on_gradm
     assert found.severity == "error" and what in found.message and found.location.line == 3, found
     assert report.verdict == "fail" and "gradmagic's own code" not in shown and "ValueError" not in shown
     assert callable(nb.ns["op"])  # bound, to be inspected
+
+
+# -- tolerances: a tolerance that judges nothing is "not checked", never "passes" ---------------------------------
+
+
+def test_an_atol_above_the_gradients_scale_is_not_checked_naming_where_it_was_given(nb):
+    nb.ok(FIVE_TIMES.format(" --atol 1e9"))
+    report = nb.ns["_"]
+    assert report.verdict == "unchecked" and codes(report) == ["fd-tolerance"], report
+    message = problem(report, "fd-tolerance").message
+    assert message.startswith("--atol = 1e+09 is at least half of every finite difference here (the largest is 4")
+    assert "a gradient half as large would pass" in message
+    assert "--atol = 1e+09" in report.numerics.skipped_because
+
+    nb.ok("%config GradientMagics.atol = 1e300")
+    try:
+        report = nb.ok("%gradcheck five_times").result.result
+        assert report.verdict == "unchecked"
+        assert problem(report, "fd-tolerance").message.startswith("%config GradientMagics.atol = 1e+300")
+    finally:  # the shell's configuration outlives this notebook
+        nb.ok("%config GradientMagics.atol = None")
+    assert nb.ok("%gradcheck five_times").result.result.verdict == "fail"
+
+
+def test_an_atol_from_the_widgets_recheck_is_named_so(nb):
+    nb.ok(FIVE_TIMES.format(""))
+    widget = gradmagic.widget(nb.ns["_"])
+    try:
+        widget._on_message(widget, {"action": "recheck", "inputs": "", "eps": "", "rtol": "", "atol": "1e9"}, [])
+        assert widget.report["verdict"] == "unchecked", widget.status
+        (found,) = widget.report["problems"]
+        assert found["code"] == "fd-tolerance" and found["message"].startswith("the Re-check's atol = 1e+09")
+    finally:
+        widget.close()
+
+
+def test_an_atol_still_below_the_gradient_judges_and_fails_a_wrong_one():
+    def five_times(x):
+        return x * x, lambda dy: dy * 10 * x
+
+    def right(x):
+        return x * x, lambda dy: dy * 2 * x
+
+    x = tf.constant([1.0, 2.0])
+    assert gradmagic.check(five_times, x, atol=1.9).codes() == ["fd-mismatch"]  # below half of the largest, 4
+    assert gradmagic.check(right, x, atol=1.9).verdict == "pass"
+    assert gradmagic.check(right, x, atol=2.1).verdict == "unchecked"  # a gradient of 2 and 1 would pass too
+    assert gradmagic.check(five_times, x, atol=1e9, full_threshold=0).codes()[-1] == "fd-mismatch"  # projections
+    with pytest.raises(OptionError, match="^rtol is a relative tolerance: at 0.5 or more"):
+        gradmagic.check(right, x, rtol=0.9)  # would pass a gradient 5 times too large
+
+
+def test_a_second_order_judged_by_no_tolerance_says_so():
+    def cube(x):
+        return x**3, lambda dy: dy * 3 * x * x
+
+    report = gradmagic.check(cube, tf.constant([1.0, 2.0], tf.float64), order=2, atol=1e3)
+    assert report.verdict == "unchecked" and codes(report) == ["fd-tolerance", "second-order-skipped"], report
+    # Judged at first order (its gradient reaches 1200), not at second (the custom gradient's own derivative, 6 x
+    # times a random upstream, stays below 2 * 130).
+    first = gradmagic.check(cube, tf.constant([10.0, 20.0], tf.float64), order=2, atol=130.0)
+    assert first.verdict == "pass", first
+    found = problem(first, "second-order-skipped")
+    assert found.severity == "info" and found.message.startswith("The second order was not judged: atol = 130")
+
+
+def test_a_zero_tolerance_is_named_as_the_cause_not_the_forward(nb):
+    nb.ok(FIVE_TIMES.replace("10 * x", "2 * x").format(" --rtol 0 --atol 0"))
+    report = nb.ns["_"]
+    assert report.verdict == "unchecked", report
+    message = problem(report, "fd-rounding").message
+    assert message.startswith("The tolerance (--rtol=0, --atol=0) is tighter than the rounding finite differences")
+    assert "forward's values are too large" not in message and "Give rtol of at least" in message
+
+
+def test_a_step_that_rounds_to_zero_in_float16_is_named_not_the_edge_of_the_domain(nb):
+    nb.ok(
+        "%%custom_gradient --check x=tf.constant([1., 2.], tf.float16) --eps 1e-6\ndef half(x):\n"
+        "    return tf.cast(x, tf.float16) ** 2, lambda dy: dy * 2 * x\n"
+    )
+    report = nb.ns["_"]
+    assert report.verdict == "unchecked" and codes(report) == ["fd-rounding"], report
+    message = problem(report, "fd-rounding").message
+    assert "the step --eps=1e-06 rounds to zero in float16" in message and "edge of its domain" not in message
 
 
 # -- example inputs ------------------------------------------------------------------------------------------------
