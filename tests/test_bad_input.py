@@ -2,6 +2,7 @@
 line, `%config`), nothing of the user's is blamed on gradmagic, no option or input turns a wrong gradient into a pass,
 and nothing a check runs is left behind in the notebook."""
 
+import re
 import warnings
 
 import numpy as np
@@ -135,6 +136,54 @@ def test_a_step_that_rounds_to_zero_in_float16_is_named_not_the_edge_of_the_doma
     assert report.verdict == "unchecked" and codes(report) == ["fd-rounding"], report
     message = problem(report, "fd-rounding").message
     assert "the step --eps=1e-06 rounds to zero in float16" in message and "edge of its domain" not in message
+
+
+# -- side effects of the forward -----------------------------------------------------------------------------------
+
+
+NOISY = """%%custom_gradient --check x=tf.constant([1., 2.])
+def noisy(x):
+    global runs
+    calls.append(1)
+    counter["n"] += 1
+    runs += 1
+    steps.assign_add(1.)
+    print("forward ran")
+    return x * 2, lambda dy: dy * 2
+"""
+
+
+def test_side_effects_of_the_forward_are_put_back_and_named(nb):
+    nb.ok("calls, counter, runs = [], {'n': 0}, 0\nsteps = tf.Variable(0., trainable=False)")
+    shown = nb.ok(NOISY).shown
+    assert not re.search("^forward ran$", shown, re.M)  # kept out of the notebook, named in the report
+    report = nb.ns["_"]
+    assert report.verdict == "warn" and report.ok, report
+    changed = problem(report, "forward-side-effect")
+    assert changed.severity == "warning" and changed.location.line == 2
+    for named in ("`calls` (changed)", "`counter` (changed)", "`runs` (set)", "`steps` (assigned)"):
+        assert named in changed.message, changed.message
+    assert "put it back as it was before the check" in changed.message
+    printed = problem(report, "op-output")
+    assert printed.severity == "info" and "the first: `forward ran`" in printed.message
+    nb.ok("assert calls == [] and counter == {'n': 0} and runs == 0 and float(steps.numpy()) == 0.0")
+    # Called by the user, the op does what it does, once.
+    assert nb.ok("noisy(tf.constant([1.]))").stdout.count("forward ran") == 1
+    nb.ok("assert calls == [1] and counter == {'n': 1} and runs == 1 and float(steps.numpy()) == 1.0")
+
+
+def test_a_forward_assigning_only_a_variable_is_an_info_and_the_variable_is_put_back():
+    scale = tf.Variable(1.0, trainable=False)
+
+    @tf.custom_gradient
+    def scaled(x):
+        scale.assign(scale * 2)
+        return x * 3, lambda dy: dy * 3
+
+    report = gradmagic.check(scaled, tf.constant([1.0, 2.0]))
+    found = problem(report, "forward-side-effect")
+    assert found.severity == "info" and "`scale` (assigned)" in found.message and report.verdict == "pass"
+    assert float(scale.numpy()) == 1.0
 
 
 # -- example inputs ------------------------------------------------------------------------------------------------

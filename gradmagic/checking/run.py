@@ -19,7 +19,7 @@ from gradmagic.checking.differences import Axis, aligned_concatenate, coarser, c
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.linearity import Linearity
 from gradmagic.checking.options import CheckOptions
-from gradmagic.checking.side_effects import StateWatch
+from gradmagic.checking.side_effects import OpEffects, StateWatch
 from gradmagic.frameworks.base import Adapter, Directions, Layout, RawGraph, Target, TensorMeta, Vjps
 from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
 
@@ -132,6 +132,8 @@ class CheckRun:
     autodiff_failure: Exception | None = None
     #: What the gradient function can reach, when it changed some of it: put back again at the end of the check.
     state: StateWatch | None = None
+    #: The forward's state and the op's output during the check: put back and named when the report is made.
+    effects: OpEffects | None = None
     _z: dict = field(default_factory=dict, repr=False)  # id(layout): (layout, z), see `z`
 
     @property
@@ -245,6 +247,8 @@ class CheckRun:
         return "not asked for (numbers=False)" if not self.options.numbers else "not run"
 
     def report(self) -> Report:
+        if self.effects is not None:  # before the findings become the report's problems
+            self.effects.settle(self.findings)
         self.timings["total"] = time.perf_counter() - self.started
         adapter, target, options = self.adapter, self.target, self.options
         description = OpDescription(
