@@ -536,7 +536,7 @@ class GradientMagics(Magics):
             words = split_words(line)
         except GradmagicError as error:
             raise _usage(str(error)) from None
-        return magic.parser.parse_args(words)
+        return magic.parser.parse_args(_values_attached(magic.parser, words))
 
     def _register_cell(self, text: str) -> str:
         """Put the cell in linecache as IPython does, so tracebacks say `Cell In[N], line L`."""
@@ -631,6 +631,25 @@ class GradientMagics(Magics):
         if not callable(op):
             raise GradmagicError(f"`{expression}` is a {type(op).__name__}, not an op.")
         return op
+
+
+def _values_attached(parser, words: list[str]) -> list[str]:
+    """`--atol -inf` as `--atol=-inf`: argparse takes a value starting with `-` (other than a plain negative number)
+    for an option, and says the option expects an argument; attached, the value reaches the option and its check."""
+    takes_value = {
+        flag
+        for action in parser._actions
+        if action.nargs is None and action.option_strings
+        for flag in action.option_strings
+    }
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    attached: list[str] = []
+    for word in words:
+        if attached and attached[-1] in takes_value and word.startswith("-") and word.split("=")[0] not in flags:
+            attached[-1] = f"{attached[-1]}={word}"
+        else:
+            attached.append(word)
+    return attached
 
 
 def _signature_of(op, expression: str) -> inspect.Signature:

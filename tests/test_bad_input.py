@@ -248,8 +248,10 @@ def test_a_gradient_function_never_called_for_integer_inputs_is_not_failed(nb):
 @pytest.mark.parametrize(
     "line, message",
     [
+        ("--atol -inf", "--atol must be a finite number at least 0, not -inf"),
         ("--rtol 0.9", "--rtol is a relative tolerance: at 0.5 or more it passes a gradient twice too large"),
         ("--keras --backends all,jax", "--backends: 'all' stands alone (every installed backend), not in a list"),
+        ("--check y=1 +* 2", "The example input `y=1 +* 2` is not a Python expression: invalid syntax in `1 +* 2`"),
     ],
 )
 def test_a_bad_magic_line_names_its_cause_and_loses_nothing(nb, previous, line, message):
