@@ -14,6 +14,7 @@ import ast
 import contextlib
 import inspect
 import linecache
+import math
 import types
 
 from IPython.core import magic_arguments
@@ -468,9 +469,16 @@ class GradientMagics(Magics):
         options = self._parse(self.gradwatch, line)
         if options.name is not None and not options.name.isidentifier():
             raise UsageError(f"%%gradwatch NAME binds the report to a name: {options.name!r} is not one.")
+        bound = self.shell.user_ns.get(options.name) if options.name is not None else None
+        if isinstance(bound, types.ModuleType):
+            raise UsageError(
+                f"%%gradwatch {options.name} would bind the watch's report to `{options.name}`, which is the module "
+                f"{bound.__name__} in the notebook: the report would hide the module (`{options.name}.` would fail in "
+                "this cell's next run and in every later cell). Give the report another name.\nThe cell did not run."
+            )
         settings = self._configured_settings()
-        if options.memory is not None and not options.memory >= 0:
-            raise UsageError(f"--memory is in megabytes, at least 0, not {options.memory:g}.")
+        if options.memory is not None and not (0 <= options.memory < math.inf):
+            raise UsageError(f"--memory is in megabytes, a finite number at least 0, not {options.memory:g}.")
         memory = MEMORY_LIMIT if options.memory is None else int(options.memory * 2**20)
         try:
             watch = Watch(check=options.run_check, memory_limit=memory, surrogates=options.surrogates, **settings)

@@ -268,3 +268,26 @@ def test_a_bad_config_value_in_a_watch_is_said_to_come_from_config(nb):
         assert "kept_value" not in nb.ns
     finally:
         nb.ok("%config GradientMagics.probes = 4")
+
+
+# -- %%gradwatch and gradmagic.watch -------------------------------------------------------------------------------
+
+
+def test_a_watch_refuses_infinite_memory_and_a_module_name_before_the_cell_runs(nb):
+    run = nb.fails("%%gradwatch --memory inf\nran = True", UsageError)
+    assert "--memory is in megabytes, a finite number at least 0, not inf" in run.stderr
+    run = nb.fails("%%gradwatch tf\nran = True", UsageError)
+    assert "would bind the watch's report to `tf`, which is the module tensorflow" in run.stderr
+    assert "ran" not in nb.ns and nb.ns["tf"] is tf
+    nb.ok("assert tf.constant(1.0) is not None")
+
+
+def test_a_surrogate_that_names_no_op_is_said(nb):
+    nb.ok("%%custom_gradient\ndef flip(x):\n    return tf.identity(x), lambda dy: -dy")
+    report = nb.ok(
+        "%%gradwatch --surrogate flipp\nwith tf.GradientTape() as tape:\n    x = tf.constant([1.])\n"
+        "    tape.watch(x)\n    y = flip(x)\ntape.gradient(y, x)"
+    ).result.result
+    (note,) = [note for note in report.notes if "surrogate" in note]
+    assert "Declared surrogate `flipp` (--surrogate, surrogates=) names no op the watched code reached" in note
+    assert "the ops it reached are `flip`" in note
