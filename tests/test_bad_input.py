@@ -12,7 +12,7 @@ from conftest import codes, problem
 from IPython.core.error import UsageError
 
 import gradmagic
-from gradmagic.errors import OptionError
+from gradmagic.errors import GradmagicError, OptionError
 
 FIVE_TIMES = """%%custom_gradient --check x=tf.constant([1., 2.]){}
 def five_times(x):
@@ -291,3 +291,14 @@ def test_a_surrogate_that_names_no_op_is_said(nb):
     (note,) = [note for note in report.notes if "surrogate" in note]
     assert "Declared surrogate `flipp` (--surrogate, surrogates=) names no op the watched code reached" in note
     assert "the ops it reached are `flip`" in note
+
+
+def test_ending_a_watch_that_never_started_or_has_ended_says_so():
+    watch = gradmagic.watch()
+    with pytest.raises(GradmagicError, match="This watch was never started"):
+        watch.__exit__(None, None, None)
+    with watch:
+        pass
+    with pytest.raises(GradmagicError, match="This watch has ended already: its report is `watch.report`"):
+        watch.__exit__(None, None, None)
+    assert watch.report.verdict == "unchecked"
