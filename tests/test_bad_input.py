@@ -302,3 +302,11 @@ def test_ending_a_watch_that_never_started_or_has_ended_says_so():
     with pytest.raises(GradmagicError, match="This watch has ended already: its report is `watch.report`"):
         watch.__exit__(None, None, None)
     assert watch.report.verdict == "unchecked"
+
+
+# -- the Python API ------------------------------------------------------------------------------------------------
+
+
+def test_widget_of_something_else_than_a_report_is_a_type_error():
+    with pytest.raises(TypeError, match="widget\\(\\) shows a report: .* not str 'str'"):
+        gradmagic.widget("str")
