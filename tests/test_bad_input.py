@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import codes, problem
+from conftest import codes, interrupted, problem, run
 from IPython.core.error import UsageError
 
 import gradmagic
@@ -310,3 +310,39 @@ def test_ending_a_watch_that_never_started_or_has_ended_says_so():
 def test_widget_of_something_else_than_a_report_is_a_type_error():
     with pytest.raises(TypeError, match="widget\\(\\) shows a report: .* not str 'str'"):
         gradmagic.widget("str")
+
+
+# -- in a real kernel ----------------------------------------------------------------------------------------------
+
+
+def test_in_a_kernel_ctrl_c_in_a_trace_shows_the_users_line_and_a_noisy_forward_leaves_nothing(kernel):
+    manager, client = kernel
+    setup = run(
+        client,
+        """
+%load_ext gradmagic
+import time
+import tensorflow as tf
+def hangs_when_traced(x):
+    if not tf.executing_eagerly():  # fine eagerly; hangs when the check traces it
+        time.sleep(3600)
+    return x * 2, lambda dy: dy * 2
+op = tf.custom_gradient(hangs_when_traced)
+calls = []
+""",
+    )
+    assert setup["status"] == "ok", setup["shown"]
+    content = interrupted(manager, client, "%gradcheck op x=tf.constant([3.0, 4.0])", after=8)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(content["traceback"]))
+    assert "in hangs_when_traced(x)" in shown and "----> 6         time.sleep(3600)" in shown, shown
+    assert "threading.py" not in shown and "concurrent" not in shown and "gradmagic" not in shown, shown
+
+    noisy = run(
+        client,
+        "%%custom_gradient --check x=tf.constant([1., 2.])\ndef noisy(x):\n    calls.append(1)\n"
+        "    print('forward ran')\n    return x * 2, lambda dy: dy * 2\n",
+    )
+    assert noisy["status"] == "ok" and not re.search("^forward ran$", noisy["shown"], re.M), noisy["shown"]
+    assert "forward-side-effect" in noisy["shown"] and "op-output" in noisy["shown"], noisy["shown"]
+    after = run(client, "print(calls, 40 + 2)")
+    assert after["status"] == "ok" and after["shown"].strip() == "[] 42", after["shown"]
