@@ -5,6 +5,7 @@ and nothing a check runs is left behind in the notebook."""
 import re
 import warnings
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -310,6 +311,26 @@ def test_ending_a_watch_that_never_started_or_has_ended_says_so():
 def test_widget_of_something_else_than_a_report_is_a_type_error():
     with pytest.raises(TypeError, match="widget\\(\\) shows a report: .* not str 'str'"):
         gradmagic.widget("str")
+
+
+def test_a_keras_op_checked_as_tensorflows_gets_a_hint():
+    @keras.ops.custom_gradient
+    def doubled(x):
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            return upstream * 2
+
+        return x * 2, grad
+
+    hinted = gradmagic.check(doubled, tf.constant([1.0, 2.0]))
+    found = problem(hinted, "framework-hint")
+    assert found.severity == "info" and "if it is a keras.ops.custom_gradient op, check it with framework='keras'" in (
+        found.message
+    )
+    assert "framework-hint" not in gradmagic.check(doubled, tf.constant([1.0, 2.0]), framework="keras").codes()
+    plain = gradmagic.check(tf.custom_gradient(lambda x: (x * 2, lambda dy: dy * 2)), tf.constant([1.0]))
+    assert "framework-hint" not in plain.codes()
 
 
 # -- in a real kernel ----------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections.abc
 import functools
 import inspect
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,8 @@ import numpy as np
 
 from gradmagic.checking.findings import LISTED, Findings, identifier, listing, plural
 from gradmagic.checking.run import CheckRun, Trial
-from gradmagic.checking.side_effects import StateWatch
-from gradmagic.checking.source_lines import error_line, first_line, return_line, returned_names
+from gradmagic.checking.side_effects import StateWatch, code_names, unwrapped
+from gradmagic.checking.source_lines import decorator_names, error_line, first_line, return_line, returned_names
 from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, TensorMeta
 from gradmagic.report import TensorRow, element_label
 
@@ -35,6 +36,7 @@ def check_structure(run: CheckRun) -> None:
     """Run the forward and the gradient function once; record problems and the shapes table; on success leave the
     trial in `run.trial`."""
     adapter, target, inputs, findings = run.adapter, run.target, run.inputs, run.findings
+    _kin_hint(run)
     _check_keyword_inputs(adapter, inputs, findings)
     if _nonfinite_inputs(run, "input", inputs.names, inputs.metas, inputs.leaves):
         return
@@ -531,6 +533,27 @@ def _check_keyword_inputs(adapter: Adapter, inputs, findings: Findings) -> None:
                 f"inputs only, so `{name}` gets no gradient. Pass it by position if it needs one.",
                 input=name,
             )
+
+
+def _kin_hint(run: CheckRun) -> None:
+    """framework-hint (info): the op's code uses a module that says it may be another decorator's op, one this
+    framework runs too (`Wording.kin`: a Keras op checked as TensorFlow's)."""
+    function, _ = unwrapped(run.target.raw)
+    code, namespace = getattr(function, "__code__", None), getattr(function, "__globals__", None)
+    if code is None or not isinstance(namespace, dict):
+        return
+    for module, sentence in run.findings.wording.kin:
+        used = set()
+        # A hand-decorated op's own decorator (`@keras.ops.custom_gradient`) says it too.
+        decorators = decorator_names(run.target) if run.target.origin == "decorated" else set()
+        for name in code_names(code) | decorators:
+            value = namespace.get(name)
+            owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if isinstance(owner, str) and (owner == module or owner.startswith(module + ".")):
+                used.add(f"`{name}`" if isinstance(value, types.ModuleType) else f"`{name}` from {owner}")
+        if used:
+            modules = ", ".join(sorted(used)[:3])
+            run.findings.add("framework-hint", "info", sentence.format(op=run.findings.name, modules=modules))
 
 
 def _returns_outputs_and_grad(run: CheckRun, result: Any) -> bool:
