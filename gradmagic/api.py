@@ -62,9 +62,12 @@ class CheckContext:
             arguments = self.arguments
         else:
             raise InputError("Type the example inputs to check at: x=EXPR y=EXPR ...")
+        given = {name for name in ("rtol", "atol", "eps") if overrides.get(name) is not None}
+        sources = {name: label for name, label in self.options.sources.items() if name not in overrides}
+        sources.update({name: f"the Re-check's {'step (eps)' if name == 'eps' else name}" for name in given})
         context = dataclasses.replace(
             self,
-            options=dataclasses.replace(self.options, **overrides),
+            options=dataclasses.replace(self.options, **overrides, sources=sources),
             examples=examples,
             arguments=None if examples else arguments,
         )

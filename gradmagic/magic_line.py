@@ -42,12 +42,16 @@ def split_words(line: str) -> list[str]:
             last = k + 1  # `x = EXPR`, spaces around the `=`
         expression = _expression_start(text[start : spans[last][1]])
         if expression is not None:
+            end = len(spans)
             for later in range(last + 1, len(spans)):
                 word = text[spans[later][0] : spans[later][1]]
                 if word.startswith("--") or _expression_start(word) is not None:
+                    end = later
                     break
                 if _is_expression(text[start + expression : spans[later][1]]):
                     last = later
+            if last + 1 < end:
+                _refuse_broken_expression(text, start, expression, spans[last + 1], spans[end - 1][1])
         words.append(text[start : spans[last][1]])
         k = last + 1
     return words
@@ -80,6 +84,27 @@ def _word_spans(text: str) -> list[tuple[int, int]]:
     if word_start is not None:
         spans.append((word_start, word_end))
     return spans
+
+
+def _refuse_broken_expression(text: str, start: int, expression: int, following: tuple[int, int], end: int) -> None:
+    """After `ARG=EXPR`, a word that can start neither an expression nor a name (`+*`, `)`): it was meant as part of
+    EXPR, which is then no Python expression. GradmagicError naming the input and Python's reason (else argparse
+    would call the word an unrecognized argument)."""
+    word = text[following[0] : following[1]]
+    if _is_expression(word) or word[:1].isalnum() or word[:1] in "_([{'\"":
+        return
+    typed = text[start:end]
+    expression_text = text[start + expression : end].strip()
+    try:
+        compile(expression_text, "<magic line>", "eval")
+    except SyntaxError as error:
+        reason = error.msg
+    else:  # not reached: the whole text would have been joined
+        return
+    raise GradmagicError(
+        f"The example input `{typed}` is not a Python expression: {reason} in `{expression_text}`, at `{word}`. "
+        "EXPR is evaluated in the notebook as Python: write it as Python reads it (spaces are allowed)."
+    )
 
 
 def is_example_input(word: str) -> bool:

@@ -14,6 +14,7 @@ import ast
 import contextlib
 import inspect
 import linecache
+import math
 import types
 
 from IPython.core import magic_arguments
@@ -24,7 +25,7 @@ from traitlets import Bool, Enum, Float, Int
 from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
-from gradmagic.errors import GradmagicError, OptionError, interrupts_in_user_frames
+from gradmagic.errors import GradmagicError, interrupts_in_user_frames
 from gradmagic.magic_line import is_example_input, split_words
 from gradmagic.op import OpInfo, attach, info_of
 from gradmagic.report import display_text
@@ -468,10 +469,16 @@ class GradientMagics(Magics):
         options = self._parse(self.gradwatch, line)
         if options.name is not None and not options.name.isidentifier():
             raise UsageError(f"%%gradwatch NAME binds the report to a name: {options.name!r} is not one.")
-        configured = ("rtol", "atol", "eps", "order", "graph", "sweep", "full_threshold", "probes", "seed")
-        settings = {name: getattr(self, name) for name in configured}
-        if options.memory is not None and not options.memory >= 0:
-            raise UsageError(f"--memory is in megabytes, at least 0, not {options.memory:g}.")
+        bound = self.shell.user_ns.get(options.name) if options.name is not None else None
+        if isinstance(bound, types.ModuleType):
+            raise UsageError(
+                f"%%gradwatch {options.name} would bind the watch's report to `{options.name}`, which is the module "
+                f"{bound.__name__} in the notebook: the report would hide the module (`{options.name}.` would fail in "
+                "this cell's next run and in every later cell). Give the report another name.\nThe cell did not run."
+            )
+        settings = self._configured_settings()
+        if options.memory is not None and not (0 <= options.memory < math.inf):
+            raise UsageError(f"--memory is in megabytes, a finite number at least 0, not {options.memory:g}.")
         memory = MEMORY_LIMIT if options.memory is None else int(options.memory * 2**20)
         try:
             watch = Watch(check=options.run_check, memory_limit=memory, surrogates=options.surrogates, **settings)
@@ -537,7 +544,7 @@ class GradientMagics(Magics):
             words = split_words(line)
         except GradmagicError as error:
             raise _usage(str(error)) from None
-        return magic.parser.parse_args(words)
+        return magic.parser.parse_args(_values_attached(magic.parser, words))
 
     def _register_cell(self, text: str) -> str:
         """Put the cell in linecache as IPython does, so tracebacks say `Cell In[N], line L`."""
@@ -589,21 +596,30 @@ class GradientMagics(Magics):
             raise
 
     def _settings(self, options, framework: str) -> CheckOptions:
-        """The check's options: the line's over the `%config` traits' (an OptionError naming a bad one)."""
+        """The check's options: the line's over the `%config` traits' (an OptionError naming a bad one as given:
+        `--rtol` on the line, `%config GradientMagics.rtol`)."""
         line = {name: getattr(options, name) for name in ("rtol", "atol", "eps", "order", "graph", "sweep")}
         configured = {name: getattr(self, name) for name in ("full_threshold", "probes", "seed")}
-        try:
-            return CheckOptions(
-                framework=framework,
-                **{name: getattr(self, name) if value is None else value for name, value in line.items()},
-                **configured,
-                surrogate=bool(options.surrogate),
-                backends=() if options.backends is None else options.backends,
-            )
-        except OptionError as error:  # named as the user gave it: --rtol on the line, rtol by %config
-            given = str(error).split()[0].rstrip(":")
-            on_line = getattr(options, given, None) is not None
-            raise OptionError(f"--{error}" if on_line else f"%config GradientMagics.{error}") from None
+        sources = {name: f"%config GradientMagics.{name}" for name in (*line, *configured, "framework")}
+        sources.update({name: f"--{name}" for name, value in line.items() if value is not None})
+        if options.backends is not None:
+            sources["backends"] = "--backends"
+        if getattr(options, "keras", False):
+            sources["framework"] = "--keras"
+        return CheckOptions(
+            framework=framework,
+            **{name: getattr(self, name) if value is None else value for name, value in line.items()},
+            **configured,
+            surrogate=bool(options.surrogate),
+            backends=() if options.backends is None else options.backends,
+            sources=sources,
+        )
+
+    def _configured_settings(self) -> dict:
+        """The check options `%config GradientMagics` sets, for a watch: each named as `%config` sets it."""
+        names = ("rtol", "atol", "eps", "order", "graph", "sweep", "full_threshold", "probes", "seed")
+        settings = {name: getattr(self, name) for name in names}
+        return {**settings, "sources": {name: f"%config GradientMagics.{name}" for name in names}}
 
     def _check(self, op, examples, arguments: tuple[list, dict], settings: CheckOptions):
         """Run the check with these options; the report can re-check."""
@@ -623,6 +639,25 @@ class GradientMagics(Magics):
         if not callable(op):
             raise GradmagicError(f"`{expression}` is a {type(op).__name__}, not an op.")
         return op
+
+
+def _values_attached(parser, words: list[str]) -> list[str]:
+    """`--atol -inf` as `--atol=-inf`: argparse takes a value starting with `-` (other than a plain negative number)
+    for an option, and says the option expects an argument; attached, the value reaches the option and its check."""
+    takes_value = {
+        flag
+        for action in parser._actions
+        if action.nargs is None and action.option_strings
+        for flag in action.option_strings
+    }
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    attached: list[str] = []
+    for word in words:
+        if attached and attached[-1] in takes_value and word.startswith("-") and word.split("=")[0] not in flags:
+            attached[-1] = f"{attached[-1]}={word}"
+        else:
+            attached.append(word)
+    return attached
 
 
 def _signature_of(op, expression: str) -> inspect.Signature:

@@ -376,7 +376,8 @@ def test_a_step_too_small_to_judge_is_said_never_passes():
         report = gradmagic.check(five_thirds, x, eps=eps)
         assert report.verdict == "unchecked" and "rounding" in report.numerics.skipped_because, (eps, report)
         found = problem(report, "fd-rounding")
-        assert found.severity == "warning" and f"eps={eps:.3g} is too small for float64" in found.message
+        cause = "rounds to zero in float64" if eps == 1e-300 else "is too small for float64"  # no step at all
+        assert found.severity == "warning" and f"eps={eps:.3g} {cause}" in found.message
     # A step small but still larger than rounding judges, and a mismatch beyond the rounding is found at any step.
     assert gradmagic.check(five_thirds, x, eps=1e-8).codes() == ["fd-mismatch"]
     assert gradmagic.check(five_thirds, x, eps=1e-12).codes() == ["fd-mismatch"]
@@ -384,10 +385,12 @@ def test_a_step_too_small_to_judge_is_said_never_passes():
     assert gradmagic.check(right, x, eps=1e-8).verdict == "pass"
 
 
-def test_a_relative_tolerance_of_one_or_more_is_refused():
-    for rtol in (1.0, 1e6):
-        with pytest.raises(OptionError, match="^rtol is a relative tolerance"):
+def test_a_relative_tolerance_of_one_half_or_more_is_refused():
+    # At 0.9, a gradient 5 times too large passes the max-relative tolerance; at 0.5, one twice too large.
+    for rtol in (0.5, 0.9, 1.0, 1e6):
+        with pytest.raises(OptionError, match="^rtol is a relative tolerance: at 0.5 or more it passes a gradient"):
             gradmagic.check(five_thirds, tf.constant([0.3]), rtol=rtol)
+    assert gradmagic.check(five_thirds, tf.constant([0.3]), rtol=0.3).codes() == ["fd-mismatch"]
 
 
 def test_an_element_whose_derivative_could_not_be_judged_leaves_no_pass_behind():

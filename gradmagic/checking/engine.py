@@ -17,6 +17,7 @@ from gradmagic.checking.options import CheckOptions
 from gradmagic.checking.projection import compare_projected, note_autodiff_rescued
 from gradmagic.checking.run import CheckRun, OpFailed
 from gradmagic.checking.second_order import compare_second_order
+from gradmagic.checking.side_effects import OpEffects
 from gradmagic.checking.structure import check_structure
 from gradmagic.checking.sweep import sweep_along
 from gradmagic.errors import GradmagicError
@@ -46,8 +47,9 @@ def check(
     source = name_source(target.filename) if name_source else target.filename
     findings = Findings(target.name, adapter.wording, source)
     try:  # graph mode: the check builds and runs in a graph and session of the op's own
-        with adapter.check_scope(target):
+        with adapter.check_scope(target), OpEffects(adapter, target.raw) as effects:  # the op's effects, undone
             run = CheckRun(adapter, target, options, findings, progress or (lambda fraction, phase: None))
+            run.effects = effects
             with run.phase("structure", 0.0, timing="structure"):
                 prepare_inputs(run, args, dict(kwargs or {}))
                 if run.inputs is not None:

@@ -75,18 +75,23 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         jump_t /= h
     candidates = np.flatnonzero((jump_t > tolerance_t).any(axis=1))
     kinks = _kinks(run, layout, z, steps, center, plus, minus, candidates, tolerance_t)
+    given = rtol, atol  # what the user asked for (or the dtype's defaults), before a 16-bit float's measured noise
+    needed_rtol = None
     if low_precision.applies(dtype):  # in a 16-bit float: extrapolated, judged by the noise the steps measure
         numerical_t, tolerance_t, error_t, (rtol, atol) = low_precision.extrapolated(
             run, layout, z, steps, plus, minus, custom
         )
-        rounded_t = np.zeros(numerical_t.shape, bool)  # their tolerance holds the rounding the steps measured
+        # Their tolerance holds the rounding the steps measured; a step that rounds to zero measures nothing.
+        rounded_t = np.broadcast_to((steps == 0)[:, None], numerical_t.shape).copy()
     else:
         # A difference beyond its tolerance, which holds the rounding, is a finding whatever the step; one within it
         # judges nothing where the rounding alone is as large as the tolerance.
         rounded_t = _rounded(plus, minus, custom, numerical_t, steps, dtype, rtol, atol) & ~kinks[:, None]
         rounded_t &= ~(error_t > 1)
-        error_t[rounded_t] = np.nan  # not judged, like a NaN difference (`judge`)
-        numerical_t[rounded_t] = np.nan
+        if rounded_t.any() and (options.rtol is not None or options.atol is not None):
+            needed_rtol = _needed_rtol(plus, minus, custom, numerical_t, steps, dtype, rounded_t)
+    error_t[rounded_t] = np.nan  # not judged, like a NaN difference (`judge`)
+    numerical_t[rounded_t] = np.nan
     ranked, judged, mismatched = judge(numerical_t, error_t, kinks)
     numerical, error, tolerance = numerical_t.T, error_t.T, tolerance_t.T
 
@@ -96,7 +101,7 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings, severity)
     rounded = rounded_t.any(axis=1)
     if rounded.any():
-        _report_rounded(rounded, z, steps, dtype, options.eps, columns, findings)
+        _report_rounded(rounded, z, steps, dtype, options, needed_rtol, columns, findings)
     unjudged = ~kinks & ~rounded & ~np.isfinite(numerical_t).all(axis=1)
     if unjudged.any():
         _report_unjudged(unjudged, z, steps, custom, columns, findings)
@@ -106,6 +111,15 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         rounding_only = rounded.any() and not unjudged.any()
         why = "finite differences are rounding" if rounding_only else "finite differences are NaN/Inf"
         return Numerics(mode="skipped", skipped_because=f"no element could be judged: {why}")
+    loose = None if mismatched.any() else too_loose(numerical, judged, dtype, *given)
+    if loose is not None:
+        _report_loose(run, loose, given[1], dtype)
+        label = options.label("atol")
+        return Numerics(
+            mode="skipped",
+            skipped_because=f"no element could be judged: {label} = {given[1]:g} is at least half of every finite "
+            "difference",
+        )
     _confirm_none_gradients(findings, columns, numerical_t, tolerance_t, judged.T)
     if mismatched.any():
         _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
@@ -214,6 +228,41 @@ def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, find
         )
 
 
+def too_loose(numerical, judged, dtype: str, rtol: float, atol: float) -> tuple[float, int, int] | None:
+    """Where `atol` judges nothing of these finite differences ([M, N], the `judged` entries): it is looser than the
+    dtype's own and at least half of every one (less rtol's share), so that a gradient half as large would pass at
+    every element. Then (the largest finite difference, its row, its column); else None."""
+    if atol <= tolerances(dtype, None, None)[1]:
+        return None
+    with np.errstate(all="ignore"):
+        magnitudes = np.where(judged & np.isfinite(numerical), np.abs(numerical), 0.0)
+    largest = float(np.max(magnitudes, initial=0.0))
+    if largest * (0.5 - rtol) > atol:
+        return None
+    row, column = np.unravel_index(int(np.argmax(magnitudes)), magnitudes.shape) if magnitudes.size else (0, 0)
+    return largest, int(row), int(column)
+
+
+def loose_advice(label: str, atol: float, largest: float, where: str, dtype: str) -> str:
+    """Why an atol that is `too_loose` judged nothing, and what to give instead."""
+    default_atol = tolerances(dtype, None, None)[1]
+    return (
+        f"{label} = {atol:g} is at least half of every finite difference here (the largest is {largest:.3g}, "
+        f"{where}): within it a gradient half as large would pass at every element, so nothing was judged. Give an "
+        f"atol well below the gradient's scale (such as {max(largest * 1e-3, default_atol):.1g}), or leave the "
+        f"default ({default_atol:g} in {dtype})."
+    )
+
+
+def _report_loose(run: CheckRun, loose: tuple[float, int, int], atol: float, dtype: str) -> None:
+    """fd-tolerance: the user's atol judged nothing (`too_loose`)."""
+    largest, row, column = loose
+    name, index = run.columns.label(column)
+    where = f"d {element_label(*run.rows.label(row))} / d {element_label(name, index)}"
+    advice = loose_advice(run.options.label("atol"), atol, largest, where, dtype)
+    run.findings.add("fd-tolerance", "warning", advice, input=name, index=index)
+
+
 #: Differences whose rounding alone is beyond this share of the tolerance judge nothing.
 ROUNDED_SHARE = 1.0
 
@@ -231,18 +280,55 @@ def _rounded(plus, minus, custom, numerical_t, steps, dtype: str, rtol: float, a
         return (h == 0) | ((rounding > ROUNDED_SHARE * scale) & (plus != minus))
 
 
-def _report_rounded(rounded, z, steps, dtype: str, eps, columns: Axis, findings: Findings) -> None:
-    """fd-rounding: elements whose finite differences are rounding could not be judged; say which and why."""
+def _needed_rtol(plus, minus, custom, numerical_t, steps, dtype: str, rounded_t) -> float | None:
+    """Where the rounded entries would be judged at the dtype's default tolerances, so that the user's tighter ones
+    are why they are not: the smallest rtol that judges them (their rounding against their value); else None."""
+    default_rtol, default_atol = tolerances(dtype, None, None)
+    by_default = _rounded(plus, minus, custom, numerical_t, steps, dtype, default_rtol, default_atol)
+    tight = rounded_t & ~by_default
+    if not tight.any():
+        return None
+    h = steps[:, None]
+    with np.errstate(all="ignore"):
+        rounding = machine_epsilon(dtype) * (np.abs(plus) + np.abs(minus)) / (2 * h)
+        share = rounding / np.maximum(np.abs(custom.T), np.abs(numerical_t))
+    return float(np.max(share[tight & np.isfinite(share)], initial=machine_epsilon(dtype)))
+
+
+def _report_rounded(
+    rounded, z, steps, dtype: str, options, needed_rtol: float | None, columns: Axis, findings: Findings
+) -> None:
+    """fd-rounding: elements whose finite differences are rounding could not be judged; say which and why: a step
+    too small for the precision (or one that rounds to zero in it), a tolerance tighter than the rounding of the
+    differences, or values too large against their change over a step."""
     elements = np.flatnonzero(rounded)
     column = int(elements[0])
     name, index = columns.label(column)
     listed = ", ".join(element_label(*columns.label(int(e))) for e in elements[:LISTED])
     default = relative_step(dtype, None)
-    cause = (
-        f"the step eps={eps:.3g} is too small for {dtype}: use the default ({default:.3g}) or a larger one"
-        if eps is not None and eps < default
-        else f"the forward's values are too large against its change over a step in {dtype}"
-    )
+    eps = options.eps
+    step = options.label("eps")
+    if steps[column] == 0:
+        resolution = machine_epsilon(dtype) * max(abs(float(z[column])), float(np.finfo(np.float32).tiny))
+        findings.add(
+            "fd-rounding",
+            "warning",
+            f"Finite differences measure nothing at {len(elements)} element{'s' if len(elements) > 1 else ''} "
+            f"({listed}{' ...' if len(elements) > LISTED else ''}): at {element_label(name, index)} = "
+            f"{z[column]:.6g} the step {step}={eps if eps is not None else default:.3g} rounds to zero in {dtype}, "
+            f"which resolves steps of {resolution:.3g} there, so the custom gradient could not be judged. Use the "
+            f"default step ({default:.3g}) or a larger one.",
+            input=name,
+            index=index,
+        )
+        return
+    elif eps is not None and eps < default:
+        cause = f"the step {step}={eps:.3g} is too small for {dtype}: use the default ({default:.3g}) or a larger one"
+    elif needed_rtol is not None:
+        _report_tight(elements, listed, z, dtype, options, needed_rtol, columns, findings)
+        return
+    else:
+        cause = f"the forward's values are too large against its change over a step in {dtype}"
     findings.add(
         "fd-rounding",
         "warning",
@@ -251,6 +337,27 @@ def _report_rounded(rounded, z, steps, dtype: str, eps, columns: Axis, findings:
         f"{element_label(name, index)} = {z[column]:.6g} the step h = {steps[column]:.3g} changes the forward by "
         f"less than {dtype} resolves against its value, so the custom gradient there could not be judged; "
         f"{cause}.",
+        input=name,
+        index=index,
+    )
+
+
+def _report_tight(elements, listed: str, z, dtype: str, options, needed_rtol: float, columns: Axis, findings) -> None:
+    """fd-rounding where the user's tolerance, not the step or the forward, is why: tighter than the rounding that
+    finite differences in `dtype` always carry (rtol=0 and atol=0 judge nothing)."""
+    column = int(elements[0])
+    name, index = columns.label(column)
+    given = [f"{options.label(n)}={getattr(options, n):g}" for n in ("rtol", "atol") if getattr(options, n) is not None]
+    default_rtol, default_atol = tolerances(dtype, None, None)
+    findings.add(
+        "fd-rounding",
+        "warning",
+        f"The tolerance ({', '.join(given)}) is tighter than the rounding finite differences in {dtype} carry, at "
+        f"{len(elements)} element{'s' if len(elements) > 1 else ''} ({listed}"
+        f"{' ...' if len(elements) > LISTED else ''}): there their rounding is up to {needed_rtol:.2g} of the "
+        f"derivative (at {element_label(name, index)} = {z[column]:.6g}), so no gradient could be judged within it. "
+        f"Give rtol of at least {2 * needed_rtol:.1g}, or leave the tolerances to their defaults (rtol "
+        f"{default_rtol:g}, atol {default_atol:g} in {dtype}).",
         input=name,
         index=index,
     )

@@ -1,15 +1,23 @@
 """The options of a check: one object, from `gradmagic.check` and the magics' line and `%config` to every phase.
 
 Each option is validated where the object is made, so a bad value is an
-error naming the option (never a check that silently judges nothing, or
-judges with a tolerance that lets every gradient pass).
+error naming the option as the user gave it (`--rtol`, `%config
+GradientMagics.rtol`: `sources`), never a check that silently judges
+nothing, or judges with a tolerance that lets every gradient pass.
+
+The rule for tolerances: a tolerance judges a gradient only where a wrong
+one could fail it. `rtol` of 0.5 or more passes a gradient twice too large
+or half as large anywhere, so it is refused; an `atol` looser than the
+dtype's own that is at least half of every finite difference of the op at
+its inputs passes a gradient half as large at every element, so such a
+check judges nothing and says so ("not checked", `fd-tolerance`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gradmagic.errors import OptionError
@@ -41,40 +49,54 @@ class CheckOptions:
     sweep_element: tuple[str, tuple[int, ...]] | None = None  # (input, index) to sweep; None: the checker chooses
     backends: tuple[str, ...] = ()  # Keras ops: also check on these backends ("all" or names), each in a subprocess
     surrogate: bool = False  # the custom gradient is deliberately not the derivative: a mismatch informs, not fails
+    #: How the user gave an option, where it was not by its name in Python: "--atol" (a magic's line),
+    #: "%config GradientMagics.atol"; messages name the option so (`label`).
+    sources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.sources, dict) or not all(
+            isinstance(key, str) and isinstance(value, str) for key, value in self.sources.items()
+        ):
+            raise OptionError(f"sources must map option names to how they were given, not {self.sources!r}")
+        label = self.label
         if self.framework not in NAMES:
-            raise OptionError(f"framework must be one of {', '.join(map(repr, NAMES))}, not {self.framework!r}")
-        for name in ("rtol", "atol"):
-            self._set(name, _number(name, getattr(self, name), minimum=0.0, optional=True))
-        if self.rtol is not None and self.rtol >= 1:
             raise OptionError(
-                f"rtol is a relative tolerance: at 1 or more it passes a gradient twice too large (or of any size "
-                f"with the right sign); give a number below 1, not {self.rtol!r}"
+                f"{label('framework')} must be one of {', '.join(map(repr, NAMES))}, not {self.framework!r}"
             )
-        self._set("eps", _number("eps", self.eps, minimum=0.0, exclusive=True, optional=True))
+        for name in ("rtol", "atol"):
+            self._set(name, _number(label(name), getattr(self, name), minimum=0.0, optional=True))
+        if self.rtol is not None and self.rtol >= 0.5:
+            raise OptionError(
+                f"{label('rtol')} is a relative tolerance: at 0.5 or more it passes a gradient twice too large or "
+                f"half as large (at 1, of any size with the right sign); give a number below 0.5, not {self.rtol!r}"
+            )
+        self._set("eps", _number(label("eps"), self.eps, minimum=0.0, exclusive=True, optional=True))
         if self.eps is not None and self.eps >= 1:
             raise OptionError(
-                f"eps is the relative finite-difference step: give a small positive number, not {self.eps!r}"
+                f"{label('eps')} is the relative finite-difference step: give a small positive number, not {self.eps!r}"
             )
         for name, minimum in (("full_threshold", 0), ("probes", 1), ("seed", 0), ("sweep_points", 2)):
-            self._set(name, _integer(name, getattr(self, name), minimum))
+            self._set(name, _integer(label(name), getattr(self, name), minimum))
         for name in ("float64", "tf_function", "graph", "fold_graph", "numbers", "sweep", "surrogate"):
             if not isinstance(getattr(self, name), bool):
-                raise OptionError(f"{name} must be True or False, not {getattr(self, name)!r}")
+                raise OptionError(f"{label(name)} must be True or False, not {getattr(self, name)!r}")
         if self.order not in (1, 2) or isinstance(self.order, bool):
-            raise OptionError(f"order must be 1 or 2, not {self.order!r}")
+            raise OptionError(f"{label('order')} must be 1 or 2, not {self.order!r}")
         if self.sweep_range is not None:
             self._set("sweep_range", _range(self.sweep_range))
         if self.sweep_element is not None:
             self._set("sweep_element", _element(self.sweep_element))
-        self._set("backends", parse_backends(self.backends))
+        self._set("backends", parse_backends(self.backends, label("backends")))
         if self.backends and self.framework != "keras":
             raise OptionError(
-                "backends checks a keras.ops.custom_gradient op on Keras's backends: make the op with "
+                f"{label('backends')} checks a keras.ops.custom_gradient op on Keras's backends: make the op with "
                 "%%custom_gradient --keras (or %config GradientMagics.framework = 'keras'), or check it with "
                 "framework='keras'"
             )
+
+    def label(self, name: str) -> str:
+        """The option `name` as the user gave it: "--atol", "%config GradientMagics.atol", or its name."""
+        return self.sources.get(name, name)
 
     @classmethod
     def of(cls, **options: Any) -> CheckOptions:
@@ -92,18 +114,25 @@ class CheckOptions:
         object.__setattr__(self, name, value)
 
 
-def parse_backends(value: str | list | tuple) -> tuple[str, ...]:
-    """`"all"`, `"jax,torch"` or a list of names to backend names, in table order (OptionError if unknown)."""
+def parse_backends(value: str | list | tuple, label: str = "backends") -> tuple[str, ...]:
+    """`"all"`, `"jax,torch"` or a list of names to backend names, in table order (OptionError if unknown, naming the
+    option as `label`)."""
     if not isinstance(value, (str, list, tuple)):
-        raise OptionError(f"backends must be 'all' or a list of backend names, not {value!r}")
+        raise OptionError(f"{label} must be 'all' or a list of backend names, not {value!r}")
     names = value.split(",") if isinstance(value, str) else list(value)
     names = [str(name).strip().lower() for name in names if str(name).strip()]
     if names == ["all"]:
         return KERAS_BACKENDS
+    if "all" in names:
+        others = [name for name in names if name != "all"]
+        raise OptionError(
+            f"{label}: 'all' stands alone (every installed backend), not in a list with "
+            f"{', '.join(map(repr, others))}: give 'all', or the backends by name ({', '.join(KERAS_BACKENDS)})"
+        )
     unknown = [name for name in names if name not in KERAS_BACKENDS]
     if unknown:
         raise OptionError(
-            f"backends: unknown Keras backend{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
+            f"{label}: unknown Keras backend{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}: "
             f"give 'all' or some of {', '.join(KERAS_BACKENDS)}"
         )
     return tuple(name for name in KERAS_BACKENDS if name in names)

@@ -19,7 +19,7 @@ from gradmagic.checking.differences import Axis, aligned_concatenate, coarser, c
 from gradmagic.checking.findings import Findings
 from gradmagic.checking.linearity import Linearity
 from gradmagic.checking.options import CheckOptions
-from gradmagic.checking.side_effects import StateWatch
+from gradmagic.checking.side_effects import OpEffects, StateWatch
 from gradmagic.frameworks.base import Adapter, Directions, Layout, RawGraph, Target, TensorMeta, Vjps
 from gradmagic.report import Graph, Numerics, OpDescription, Report, Surrogate, Sweep
 
@@ -125,6 +125,9 @@ class CheckRun:
     forward_ops: frozenset[str] | None = None  # what the traced forward's ops do (see surrogate.forward_ops)
     graph: Graph | None = None
     numerics: Numerics | None = None  # None until the numbers phase ran (or why it did not is said, `report`)
+    #: Why the check stopped before comparing any number though nothing failed (non-finite example inputs): the
+    #: reason of its "not checked".
+    stopped: str | None = None
     sweep: Sweep | None = None
     #: The float the op computes in where the finite differences run, measured (`precision.effective`) when it is
     #: coarser than z's dtype there; steps and tolerances follow it.
@@ -139,6 +142,8 @@ class CheckRun:
     autodiff_failure: Exception | None = None
     #: What the gradient function can reach, when it changed some of it: put back again at the end of the check.
     state: StateWatch | None = None
+    #: The forward's state and the op's output during the check: put back and named when the report is made.
+    effects: OpEffects | None = None
     _z: dict = field(default_factory=dict, repr=False)  # id(layout): (layout, z), see `z`
 
     @property
@@ -247,9 +252,13 @@ class CheckRun:
         errors = [problem.code for problem in self.findings.problems if problem.severity == "error"]
         if errors:
             return f"not run after the error {errors[0]}"
+        if self.stopped is not None:
+            return self.stopped
         return "not asked for (numbers=False)" if not self.options.numbers else "not run"
 
     def report(self) -> Report:
+        if self.effects is not None:  # before the findings become the report's problems
+            self.effects.settle(self.findings)
         self.timings["total"] = time.perf_counter() - self.started
         adapter, target, options = self.adapter, self.target, self.options
         description = OpDescription(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from gradmagic.checking.differences import Axis, central_differences, central_points, judge, steps_for, tolerances
-from gradmagic.checking.full import report_listing
+from gradmagic.checking.full import loose_advice, report_listing, too_loose
 from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Layout
+from gradmagic.report import element_label
 
 
 def compare_second_order(run: CheckRun, layout: Layout) -> None:
@@ -26,10 +27,17 @@ def compare_second_order(run: CheckRun, layout: Layout) -> None:
     plus, minus = evaluations[1 : z.size + 1], evaluations[z.size + 1 :]
     jacobian = run.second_order(layout, upstream)
     numerical_t, _, error_t = central_differences(plus, minus, jacobian, steps, rtol, atol)
-    ranked, _, mismatched = judge(numerical_t, error_t, np.zeros(z.size, bool))
-    if not mismatched.any():
-        return
+    ranked, judged, mismatched = judge(numerical_t, error_t, np.zeros(z.size, bool))
     gradients = Axis(tuple(f"d{name}" for name in columns.names), columns.shapes)
+    if not mismatched.any():
+        loose = too_loose(numerical_t.T, judged, run.precision(layout), rtol, atol)
+        if loose is not None:  # nothing judged: a wrong derivative of the gradient would have passed too
+            largest, row, column = loose
+            name, index = columns.label(column)
+            where = f"d {element_label(*gradients.label(row))} / d {element_label(name, index)}"
+            advice = loose_advice(options.label("atol"), atol, largest, where, run.precision(layout))
+            findings.add("second-order-skipped", "info", f"The second order was not judged: {advice}")
+        return
     listing, (_, column) = report_listing(
         ranked,
         mismatched,

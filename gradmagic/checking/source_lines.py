@@ -48,6 +48,18 @@ def returned_names(target: Target, count: int) -> list[str] | None:
     return None
 
 
+def decorator_names(target: Target) -> set[str]:
+    """The names the decorators of `target.raw`'s `def` start from (`keras` of `@keras.ops.custom_gradient`)."""
+    tree = _source_tree(target)
+    first = first_line(target.raw)
+    names: set[str] = set()
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.FunctionDef) and node.name == target.name and node.decorator_list:
+            if first in (node.lineno, *(decorator.lineno for decorator in node.decorator_list)):
+                names |= {n.id for d in node.decorator_list for n in ast.walk(d) if isinstance(n, ast.Name)}
+    return names
+
+
 def _source_tree(target: Target) -> ast.Module | None:
     """The AST of the file or cell `target.raw` was written in (a cell's magic line blanked)."""
     lines = linecache.getlines(target.filename) if target.filename else []

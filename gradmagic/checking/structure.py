@@ -9,8 +9,10 @@ at hand) needs.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import inspect
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +20,10 @@ import numpy as np
 
 from gradmagic.checking.findings import LISTED, Findings, identifier, listing, plural
 from gradmagic.checking.run import CheckRun, Trial
-from gradmagic.checking.side_effects import StateWatch
-from gradmagic.checking.source_lines import error_line, first_line, return_line, returned_names
+from gradmagic.checking.side_effects import StateWatch, code_names, unwrapped
+from gradmagic.checking.source_lines import decorator_names, error_line, first_line, return_line, returned_names
 from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, TensorMeta
-from gradmagic.report import TensorRow
+from gradmagic.report import TensorRow, element_label
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
 PORTABLE_FORM = """def grad(*args, upstream=None):
@@ -34,7 +36,10 @@ def check_structure(run: CheckRun) -> None:
     """Run the forward and the gradient function once; record problems and the shapes table; on success leave the
     trial in `run.trial`."""
     adapter, target, inputs, findings = run.adapter, run.target, run.inputs, run.findings
+    _kin_hint(run)
     _check_keyword_inputs(adapter, inputs, findings)
+    if _nonfinite_inputs(run, "input", inputs.names, inputs.metas, inputs.leaves):
+        return
     try:
         forward = adapter.run_forward(lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves)
     except OpProblem as found:  # a mistake the framework reports far away, or not at all, found by the adapter
@@ -49,6 +54,10 @@ def check_structure(run: CheckRun) -> None:
         )
         return
     result, variables = forward.result, forward.variables
+    variable_metas = [adapter.meta(v) for v in variables]
+    variable_names = _distinct([meta.name for meta in variable_metas])
+    if _nonfinite_inputs(run, "variable", variable_names, variable_metas, variables):
+        return
     composite = target.origin == "composite" or (target.origin == "plain" and not _attempts_pair(result))
     if composite:
         if not _as_composite(run, forward):
@@ -60,8 +69,6 @@ def check_structure(run: CheckRun) -> None:
     if named is None:
         return
     outputs, output_names, output_metas = named
-    variable_metas = [adapter.meta(v) for v in variables]
-    variable_names = _distinct([meta.name for meta in variable_metas])
     for name, meta in zip(variable_names, variable_metas):
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
     if composite:  # the framework takes the gradient: no gradient function of the user's to call
@@ -86,13 +93,18 @@ def check_structure(run: CheckRun) -> None:
         if _upstream_left_none(adapter, grad_fn, arguments, keywords):
             _missing_upstream_fallback(run, grad_fn, f"raised {type(error).__name__}")
             return
-        findings.add(
-            "grad-error",
-            "error",
-            _raised("gradient function", findings, error, grad_fn, len(upstreams)),
-            line=error_line(error, target, findings.wording),
-        )
-        return
+        asked = _asks_for_gradient(inputs.metas, variables)
+        message = _raised("gradient function", findings, error, grad_fn, len(upstreams))
+        if not asked:  # no input the framework differentiates: its failure here is no failure of the op
+            message += (
+                f" But {findings.wording.framework} never calls it for these inputs: none is floating and the forward "
+                "reads no variable, so no gradient is asked for. Check the op at floating inputs to judge its gradient."
+            )
+        where = error_line(error, target, findings.wording)
+        findings.add("grad-error", "error" if asked else "info", message, line=where)
+        if asked:
+            return
+        returned = (None,) * len(inputs.names)
     finally:
         _side_effects(run, watch, grad_fn)
     if returned is None and _upstream_left_none(adapter, grad_fn, arguments, keywords):
@@ -359,6 +371,12 @@ def _accepts_call(run: CheckRun, grad_fn, arguments: list, keywords: dict) -> bo
     return False
 
 
+def _asks_for_gradient(metas: list[TensorMeta], variables: list) -> bool:
+    """Whether the framework asks the gradient function for anything: some input it differentiates (a floating or
+    complex one), or a variable the forward reads."""
+    return bool(variables) or any(meta.floating or meta.dtype.startswith("complex") for meta in metas)
+
+
 def _upstream_left_none(adapter: Adapter, grad_fn: Any, arguments: list, keywords: dict) -> bool:
     """Whether a Keras backend that passes the upstream gradient positionally (TensorFlow, JAX) leaves a keyword-only
     `upstream` parameter, `grad(*args, upstream=None)` as PyTorch's backend calls it, at its default."""
@@ -418,6 +436,16 @@ def _split_variable_gradients(run: CheckRun, trial: Trial, returned: Any, line: 
 def _input_gradients(run: CheckRun, returned: Any, line: int | None) -> list | None:
     """One gradient per input leaf, or None after recording why not (a list where a tuple is needed, a count)."""
     adapter, findings, names = run.adapter, run.findings, run.inputs.names
+    if isinstance(returned, collections.abc.Iterator):  # a generator expression, `map`, `zip`: no gradients yet
+        findings.add(
+            "grad-type",
+            "error",
+            f"The gradient function returns {_what(returned)}, not the gradients: {adapter.decorator} takes it as it "
+            "is, unchecked, and it fails later, far away. Return a tuple of gradients (one per input, None for an "
+            "input without one): `tuple(...)` around a generator expression, or the tensor itself for one input.",
+            line=line,
+        )
+        return None
     if adapter.convention.tuple_required and isinstance(returned, list):
         findings.add(
             "grad-list",
@@ -462,6 +490,38 @@ def _partial_note(raw: Any) -> str:
     )
 
 
+def _nonfinite_inputs(run: CheckRun, role: str, names: list[str], metas: list[TensorMeta], values: list) -> bool:
+    """nonfinite-input: example inputs (or variables the forward reads) holding NaN or Inf, each named with its
+    elements; the check stops there ("not checked"), before anything blames the op for what they make of it."""
+    found = []
+    for name, meta, value in zip(names, metas, values):
+        if meta is None or not meta.floating:
+            continue
+        array = run.adapter.to_numpy(value)
+        bad = np.argwhere(~np.isfinite(array))
+        if not len(bad):
+            continue
+        indices = [tuple(int(i) for i in index) for index in bad[:LISTED]]
+        kinds = sorted({"NaN" if np.isnan(array[index]) else "Inf" for index in indices})
+        elements = [element_label(name, index) for index in indices]
+        found += elements
+        what = f"The example input `{name}`" if role == "input" else f"The variable `{name}`, which the forward reads,"
+        run.findings.add(
+            "nonfinite-input",
+            "warning",
+            f"{what} has {plural(len(bad), 'non-finite element')} ({'/'.join(kinds)}): "
+            f"{', '.join(elements)}{' ...' if len(bad) > LISTED else ''}. At such a point the outputs and the "
+            "gradients are not finite because the input is not, and finite differences cannot step from it: nothing "
+            f"can be judged there. Check the op at finite {'inputs' if role == 'input' else 'variable values'}.",
+            index=indices[0],
+            **{role: name},
+        )
+    if found:
+        what = "example inputs" if role == "input" else "variables the forward reads"
+        run.stopped = f"the {what} are NaN/Inf at {', '.join(found[:LISTED])}{' ...' if len(found) > LISTED else ''}"
+    return bool(found)
+
+
 def _check_keyword_inputs(adapter: Adapter, inputs, findings: Findings) -> None:
     for name, value in inputs.kwargs.items():
         meta = adapter.meta(value)
@@ -473,6 +533,27 @@ def _check_keyword_inputs(adapter: Adapter, inputs, findings: Findings) -> None:
                 f"inputs only, so `{name}` gets no gradient. Pass it by position if it needs one.",
                 input=name,
             )
+
+
+def _kin_hint(run: CheckRun) -> None:
+    """framework-hint (info): the op's code uses a module that says it may be another decorator's op, one this
+    framework runs too (`Wording.kin`: a Keras op checked as TensorFlow's)."""
+    function, _ = unwrapped(run.target.raw)
+    code, namespace = getattr(function, "__code__", None), getattr(function, "__globals__", None)
+    if code is None or not isinstance(namespace, dict):
+        return
+    for module, sentence in run.findings.wording.kin:
+        used = set()
+        # A hand-decorated op's own decorator (`@keras.ops.custom_gradient`) says it too.
+        decorators = decorator_names(run.target) if run.target.origin == "decorated" else set()
+        for name in code_names(code) | decorators:
+            value = namespace.get(name)
+            owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if isinstance(owner, str) and (owner == module or owner.startswith(module + ".")):
+                used.add(f"`{name}`" if isinstance(value, types.ModuleType) else f"`{name}` from {owner}")
+        if used:
+            modules = ", ".join(sorted(used)[:3])
+            run.findings.add("framework-hint", "info", sentence.format(op=run.findings.name, modules=modules))
 
 
 def _returns_outputs_and_grad(run: CheckRun, result: Any) -> bool:
@@ -529,7 +610,19 @@ def _check_gradient(
         return
     gradient_meta = adapter.meta(gradient)
     if gradient_meta is None:
-        gradient_meta = adapter.meta(adapter.to_tensors(gradient))
+        try:
+            gradient_meta = adapter.meta(adapter.to_tensors(gradient))
+        except Exception:  # noqa: BLE001 - what the user's gradient function returned is no tensor at all
+            findings.add(
+                "grad-type",
+                "error",
+                f"The gradient for {role} `{name}` is {_what(gradient)}, not a tensor: {wording.framework} takes it "
+                f"as it is, unchecked, and fails later, far away. Return a tensor of `{name}`'s shape "
+                f"{list(meta.shape)} (or None for no gradient).",
+                line=line,
+                **where,
+            )
+            return
     matches = gradient_meta.shape == meta.shape and gradient_meta.dtype == meta.dtype
     findings.rows.append(
         TensorRow(kind, f"d{name}", gradient_meta.shape, gradient_meta.dtype, meta.shape, meta.dtype, matches)
@@ -750,4 +843,5 @@ def _first_lines(text: str) -> str:
 def _what(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)}"
-    return "None" if value is None else f"a {type(value).__name__}"
+    kind = type(value).__name__
+    return "None" if value is None else f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"

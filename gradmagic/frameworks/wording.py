@@ -77,6 +77,11 @@ class Wording:
         "Define it as `def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`."
     )
 
+    #: Modules whose use in an op's code says it may be another decorator's op that this framework also runs, and how to
+    #: check it as that one: (module, sentence), the sentence's `{op}` and `{modules}` filled in (on TensorFlow,
+    #: `keras.ops.custom_gradient` is `tf.custom_gradient`, but Keras's other backends need more of the op).
+    kin: tuple[tuple[str, str], ...] = ()
+
     def message(self, error: BaseException) -> str:
         """The error's own message."""
         return str(error)

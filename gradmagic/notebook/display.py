@@ -169,9 +169,18 @@ def graph_bundle(graph: Graph) -> dict[str, Any]:
 
 
 def widget(report: Report):
-    """A new live widget for `report`, with its controls on when the context it was checked in is known."""
-    from gradmagic.render.widget import ReportWidget
+    """A new live widget for `report` (a Report, or a WatchReport), with its controls on when the context it was
+    checked in is known. TypeError for anything else."""
+    from gradmagic.render.widget import ReportWidget, WatchWidget
 
+    if isinstance(report, WatchReport):
+        return WatchWidget(report)
+    if not isinstance(report, Report):
+        shown = repr(report)
+        raise TypeError(
+            "widget() shows a report: the Report that gradmagic.check or %gradcheck returns (or a watch's "
+            f"WatchReport), not {type(report).__name__} {shown if len(shown) <= 60 else shown[:57] + '...'}"
+        )
     context = context_of(report)
     if context is None:
         return ReportWidget(report)

@@ -105,6 +105,14 @@ class Watch:
         return self
 
     def __exit__(self, kind, error, traceback) -> bool:
+        if self._running is None:  # never entered, or ended already: nothing to put back, no report to make
+            raise GradmagicError(
+                "This watch has ended already: its report is `watch.report`. A watch runs once; start another with "
+                "`with gradmagic.watch() as watch: ...`."
+                if self._report is not None
+                else "This watch was never started: use it as `with gradmagic.watch() as watch: ...`, which starts "
+                "and ends it."
+            )
         recording, self._running = self._running, None
         ended = time.perf_counter()
         recording.__exit__(kind, error, traceback)

@@ -80,7 +80,7 @@ def watch_report(
         memory_limit=recorder.memory_limit,
         kept_bytes=recorder.kept_bytes,
         calls_not_kept=recorder.calls_not_kept,
-        notes=_unwatched_backend() + tuple(instrumentation.notes) + _notes(recorder),
+        notes=_unwatched_backend() + tuple(instrumentation.notes) + _notes(recorder) + _unmatched(verdicts, recorder),
         error=None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
     )
     return report, interrupted
@@ -281,6 +281,22 @@ def _notes(recorder: CallRecorder) -> tuple[str, ...]:
             f"({recorder.memory_limit / 2**20:.3g} MiB), or a call's gradient came after its inputs were let go."
         )
     return tuple(notes)
+
+
+def _unmatched(verdicts: Verdicts, recorder: CallRecorder) -> tuple[str, ...]:
+    """A note naming the surrogates declared for ops the watched code never reached (a misspelt name would otherwise
+    leave the op it meant judged as an ordinary gradient without a word)."""
+    reached = sorted({record.site.name for record in recorder.ops.values()})
+    unmatched = sorted(verdicts.surrogates - set(reached))
+    if not unmatched:
+        return ()
+    names = ", ".join(f"`{name}`" for name in unmatched)
+    ops = f"the ops it reached are {', '.join(f'`{name}`' for name in reached)}" if reached else "it reached none"
+    return (
+        f"Declared surrogate{'s' * (len(unmatched) != 1)} {names} (--surrogate, surrogates=) name"
+        f"{'s' * (len(unmatched) == 1)} no op the watched code reached ({ops}): an op is named by its function's "
+        "name; check the spelling.",
+    )
 
 
 def _where(record: OpRecord) -> str | None:

@@ -20,8 +20,11 @@ import concurrent.futures
 import contextlib
 import ctypes
 import logging
+import os
 import queue
+import sys
 import threading
+import types
 import weakref
 from typing import Any, Callable
 
@@ -224,13 +227,17 @@ def in_tensorflow_thread(call: Callable[[], Any]) -> Any:
     future = worker.submit(in_scope)
     try:
         return future.result()
-    except KeyboardInterrupt:
-        if not future.done():
-            with _worker_lock:
-                if _worker is worker:
-                    _worker = None
-            worker.abandon()
-        raise
+    except KeyboardInterrupt as interrupt:
+        if future.done():
+            raise
+        traced = _stack_below(worker.thread, in_scope.__code__)  # where the trace was: the user's code, usually
+        with _worker_lock:
+            if _worker is worker:
+                _worker = None
+        worker.abandon()
+        # Shown from the trace's frames down, in place of the standard library's wait for it (`future.result()`).
+        here = interrupt.__traceback__
+        raise interrupt.with_traceback(types.TracebackType(traced, here.tb_frame, here.tb_lasti, here.tb_lineno))
 
 
 class _QuietVectorizer(logging.Filter):
@@ -243,6 +250,27 @@ class _QuietVectorizer(logging.Filter):
 
 
 tf.get_logger().addFilter(_QuietVectorizer())
+
+
+#: Where TensorFlow's own modules lie: its tracing machinery's frames are left out of an interrupted trace's stack.
+_TENSORFLOW = os.path.dirname(os.path.abspath(tf.__file__)) + os.sep
+
+
+def _stack_below(thread: threading.Thread, code: types.CodeType) -> types.TracebackType | None:
+    """The frames `thread` is running below the frame of `code`, TensorFlow's own left out, as a traceback (None when
+    it runs no such frame)."""
+    frame = sys._current_frames().get(thread.ident)
+    frames = []
+    while frame is not None and frame.f_code is not code:
+        if not frame.f_code.co_filename.startswith(_TENSORFLOW):
+            frames.append(frame)
+        frame = frame.f_back
+    if frame is None:
+        return None
+    traceback = None
+    for below in frames:  # innermost first: each links to the one it called
+        traceback = types.TracebackType(traceback, below, below.f_lasti, below.f_lineno)
+    return traceback
 
 
 def gradient_registry() -> dict:

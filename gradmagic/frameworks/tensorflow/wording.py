@@ -74,6 +74,16 @@ TENSORFLOW = TensorFlowWording(
     eager_python_function_gradient="TensorFlow takes its gradient, autodiff of the Python function as it ran, at most "
     "once per run of the forward: a second one, as every row of a Jacobian is, fails with `KeyError: b'pyfunc_N'`",
     variable_input="tf.custom_gradient reads a tf.Variable input into a tensor of its value before the forward runs",
+    kin=(
+        (
+            "keras",
+            "`{op}` uses Keras ({modules}): if it is a keras.ops.custom_gradient op, check it with framework='keras' "
+            "(%%custom_gradient --keras, or %config GradientMagics.framework = 'keras'). Checked as a "
+            "tf.custom_gradient op, it is judged as TensorFlow runs it; as Keras's, also by what Keras's JAX and "
+            "PyTorch backends need of it (the gradient function's signature, a tuple of gradients), and "
+            "backends='all' checks it on them.",
+        ),
+    ),
 )
 
 #: TensorFlow 1's graph mode: every call builds into a graph, run in a tf.compat.v1 Session.
@@ -84,6 +94,7 @@ GRAPH_MODE = dataclasses.replace(
     direct="when gradmagic calls it and its gradient function itself",
     traced_advice="",
     keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments in graph mode",
+    kin=(),
 )
 
 #: Keras 3 on TensorFlow: `keras.ops.custom_gradient` is `tf.custom_gradient`; advice names Keras's ops.
@@ -98,5 +109,6 @@ KERAS_ON_TENSORFLOW = dataclasses.replace(
     "that form works on every Keras backend (Keras's own quantised layers pass their kernels so). On TensorFlow "
     "alone, `def grad(*args, upstream=None, variables=None):` returning `grad_xs, [grad for each variable]` works "
     "too.",
+    kin=(),
     **KERAS_OPS,
 )
