@@ -15,6 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 CHROMIUM = "/usr/bin/chromium"
 #: Chromium on a machine with a closed network: no background connections, no sandbox (root in a container).
 CHROMIUM_FLAGS = [
@@ -145,7 +147,7 @@ def run_cell(page, cell: int, count: int, timeout: float = 180_000) -> None:
     target = page.locator(".jp-Notebook .jp-Cell").nth(cell)
     prompt = target.locator(".jp-InputArea-prompt")
     for _ in range(3):
-        target.locator(".jp-InputArea-editor").click()
+        click_through(page, target.locator(".jp-InputArea-editor"))
         page.keyboard.press("Shift+Enter")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and prompt.inner_text().strip() in ("[ ]:", ""):
@@ -153,6 +155,17 @@ def run_cell(page, cell: int, count: int, timeout: float = 180_000) -> None:
         if prompt.inner_text().strip() not in ("[ ]:", ""):
             break
     wait_for_prompt(page, cell, count, timeout)
+
+
+def click_through(page, locator) -> None:
+    """Click `locator`; where a JupyterLab dialog stays over it, fail saying what the dialog says."""
+    try:
+        locator.click()
+    except PlaywrightTimeout:
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count():
+            raise AssertionError(f"a JupyterLab dialog stayed over the notebook: {dialog.first.inner_text()!r}") from None
+        raise
 
 
 def wait_for_prompt(page, cell: int, count: int, timeout: float = 180_000) -> None:
