@@ -1,19 +1,24 @@
 """The check engine: `check(op, args, kwargs, options)` turns a custom gradient into a `Report`.
 
-`check` (`engine.py`) is a sequence of named phases, each in its own module, passing
-one `CheckRun` along (as `torch.autograd.gradcheck` calls its checks in turn):
+`check` (`engine.py`) is a short sequence of named phases, each a function of
+its own module that takes what it needs and returns what it found (as
+`torch.autograd.gradcheck` calls its checks in turn); `run.py` holds the
+context they share (`CheckRun`) and the values they hand on:
 
-1. inputs (`arguments.py`): the example inputs as tensors, named;
-2. structure (`structure.py`): the forward and the gradient function called
-   once, what the framework accepts silently or reports far away;
+1. structure (`engine.structure`): the example inputs as tensors, named
+   (`arguments.py`); the forward and the gradient function called once, what
+   the framework accepts silently or reports far away (`structure.py`); z laid
+   out over them: a `Subject`;
+2. graph (`traced.py`): the forward and the backward traced together, drawn
+   (`graph.py`, `graph_layout.py`): `Traced`;
 3. compiled (`compiled.py`): the gradient taken as the framework takes it,
-   compiled, against that direct call;
-4. graph (`graph.py`): the forward and the backward traced together;
-5. numbers: finite differences against the custom gradient and autodiff,
-   with dense Jacobians (`full.py`) or random projections (`projection.py`),
-   in float64 where the op accepts it (`precision.py`); the second order
-   (`second_order.py`); the sweep (`sweep.py`). A mismatch is told from an
-   intended surrogate gradient (`surrogate.py`, `linearity.py`).
+   compiled, against that direct call, and its linearity in the upstream
+   (`linearity.py`): the `Evidence` the numbers read;
+4. numbers (`numbers.py`): finite differences against the custom gradient and
+   autodiff, with dense Jacobians (`full.py`) or random projections
+   (`projection/`), in float64 where the op accepts it (`precision.py`); the
+   second order (`second_order.py`); the sweep (`sweep.py`). A mismatch is
+   told from an intended surrogate gradient (`surrogate.py`).
 
 The algorithms are written once, in NumPy, over the adapter's batched
 primitives (`frameworks.base.Adapter`). `check` never raises because the

@@ -11,13 +11,13 @@ from __future__ import annotations
 import inspect
 
 from gradmagic.checking.differences import Axis
-from gradmagic.checking.run import CheckInputs, CheckRun
+from gradmagic.checking.run import CheckInputs, CheckRun, Subject, Trial
 from gradmagic.frameworks.base import Adapter, Layout
 from gradmagic.report import TensorRow
 
 
-def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> None:
-    """The inputs as tensors, named, in the shapes table; `input-type` when one cannot become a tensor."""
+def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> CheckInputs | None:
+    """The inputs as tensors, named, in the shapes table; `input-type` (None) when one cannot become a tensor."""
     adapter = run.adapter
     names = name_inputs(adapter, run.target.signature, args)
     try:
@@ -29,11 +29,12 @@ def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> None:
             f"An example input cannot become a tensor ({type(error).__name__}: {str(error).splitlines()[0]}). "
             "Give tensors, NumPy arrays or Python numbers.",
         )
-        return
+        return None
     leaves, _ = adapter.flatten(structure)
-    run.inputs = CheckInputs(structure, kwargs, leaves, names, [adapter.meta(leaf) for leaf in leaves])
-    for name, meta in zip(names, run.inputs.metas):
+    inputs = CheckInputs(structure, kwargs, leaves, names, [adapter.meta(leaf) for leaf in leaves])
+    for name, meta in zip(names, inputs.metas):
         run.findings.rows.append(TensorRow("input", name, meta.shape, meta.dtype))
+    return inputs
 
 
 def name_inputs(adapter: Adapter, signature: inspect.Signature | None, args: tuple) -> list[str]:
@@ -53,17 +54,19 @@ def name_inputs(adapter: Adapter, signature: inspect.Signature | None, args: tup
     return names
 
 
-def lay_out(run: CheckRun) -> None:
-    """z's layout over the inputs and the trial's variables, and the axes naming its elements and the outputs'."""
-    inputs, trial, adapter = run.inputs, run.trial, run.adapter
+def lay_out(run: CheckRun, inputs: CheckInputs, trial: Trial) -> Subject:
+    """The subject of the check: z's layout over the inputs and the trial's variables, and the axes naming its
+    elements and the outputs'."""
+    adapter = run.adapter
     perturbable = tuple(k for k, meta in enumerate(inputs.metas) if meta.floating)
-    run.layout = Layout(inputs.structure, inputs.kwargs, tuple(inputs.leaves), perturbable, tuple(trial.variables))
-    run.columns = Axis(
+    layout = Layout(inputs.structure, inputs.kwargs, tuple(inputs.leaves), perturbable, tuple(trial.variables))
+    columns = Axis(
         tuple(inputs.names[k] for k in perturbable) + tuple(trial.variable_names),
         tuple(tuple(inputs.metas[k].shape) for k in perturbable)
         + tuple(tuple(adapter.meta(v).shape) for v in trial.variables),
     )
-    run.rows = Axis(
+    rows = Axis(
         tuple(name for name, meta in zip(trial.output_names, trial.output_metas) if meta.floating),
         tuple(tuple(meta.shape) for meta in trial.output_metas if meta.floating),
     )
+    return Subject(trial.target or run.target, inputs, trial, layout, columns, rows)

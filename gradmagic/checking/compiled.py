@@ -8,23 +8,53 @@ reuses.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
 from gradmagic.checking import linearity, precision
 from gradmagic.checking.differences import EPSILONS, Axis, coarser, machine_epsilon, rounding_allowance
 from gradmagic.checking.findings import listing
-from gradmagic.checking.run import CheckRun, OpFailed, OwnPrecision, flat_upstream
+from gradmagic.checking.linearity import Linearity
+from gradmagic.checking.run import CheckRun, CompiledDifference, Evidence, OpFailed, OwnPrecision, Traced, flat_upstream
 from gradmagic.checking.structure import direct_call, shape_advice
-from gradmagic.frameworks.base import Layout, Vjps
+from gradmagic.frameworks.base import Layout, RawGraph, Vjps
 from gradmagic.report import Surrogate, element_label
 
 
-def take_own_precision(run: CheckRun) -> bool:
-    """The own-precision products, kept in `run.own_precision`: the trial's upstream with autodiff (and in full mode
-    the Jacobians), and the linearity probes through the custom gradient alone; `graph-mismatch` (False) when they
-    fail."""
+def compile_and_judge(run: CheckRun, traced: Traced) -> Evidence:
+    """The compiled phase: the own-precision products (`take_own_precision`), the comparison of the compiled run
+    with the direct call (`compare_compiled`), the linearity in the upstream (`check_linearity`); what the numbers
+    phase needs of them (full mode's Jacobians; projection mode only where autodiff alone is NaN/Inf)."""
+    options, subject = run.options, run.subject
+    if not ((options.tf_function or options.numbers) and subject.compared):
+        return Evidence(traced)
+    own = take_own_precision(run, traced)
+    if own is None:
+        return Evidence(traced)
+    if options.tf_function and not traced.deferred:
+        compare_compiled(run, traced, own)
+    subject.trial.let_go(gradients_only=True)  # compared: not needed again
+    if run.failed:
+        return Evidence(traced, own)
+    own, found = check_linearity(run, own)
+    if own.jacobian is not None:
+        return Evidence(traced, own, found)
+    return Evidence(traced, None, found, rescued(own))  # N-sized products projection mode does not need
+
+
+def rescued(own: OwnPrecision) -> tuple[int, int] | None:
+    """Where the framework's own gradient is NaN/Inf and the custom one is not, in the op's own precision for the
+    trial's random upstream: (how many elements, the first), or None."""
+    if own.trial.autodiff is None:
+        return None
+    with np.errstate(all="ignore"):
+        fixed = ~np.isfinite(own.trial.autodiff[0, 0]) & np.isfinite(own.trial.custom[0, 0])
+    return (int(fixed.sum()), int(np.flatnonzero(fixed)[0])) if fixed.any() else None
+
+
+def take_own_precision(run: CheckRun, traced: Traced) -> OwnPrecision | None:
+    """The own-precision products: the trial's upstream with autodiff (and in full mode the Jacobians), and the
+    linearity probes through the custom gradient alone; `graph-mismatch` or `grad-shape` (None) when they fail."""
     layout = run.layout
     z = run.z(layout)
     upstream = flat_upstream(run, z.dtype)
@@ -40,21 +70,21 @@ def take_own_precision(run: CheckRun) -> bool:
             def gradient_of(k: int) -> np.ndarray:
                 return run.vjps(layout, z[None], probes.row(k)[None], autodiff=False).custom[0, 0]
 
-        run.own_precision = OwnPrecision(trial, gradient_of)
+        own = OwnPrecision(trial, gradient_of)
     except OpFailed as failed:  # the framework's own error about the user's op
         report_compiled_failure(run, failed.error)
-        return False
-    return _gradients_have_the_inputs_shapes(run)
+        return None
+    return own if _gradients_have_the_inputs_shapes(run, own, traced.raw) else None
 
 
-def _gradients_have_the_inputs_shapes(run: CheckRun) -> bool:
+def _gradients_have_the_inputs_shapes(run: CheckRun, own: OwnPrecision, graph: RawGraph | None) -> bool:
     """`grad-shape` (False) when the gradient taken through the custom gradients a composite reaches has another
     shape than its input: one of them returned a gradient of the wrong shape, which the framework passed on
     unchecked (a decorated op's gradients were checked one by one before). The shapes are the traced graph's (its
     downstream gradients); without one, the numbers of elements."""
     columns, findings = run.columns, run.findings
-    found = run.own_precision.trial.custom.shape[-1]
-    shapes = _traced_gradient_shapes(run)
+    found = own.trial.custom.shape[-1]
+    shapes = _traced_gradient_shapes(run, graph)
     if shapes is None or found != columns.size:
         if found == columns.size:
             return True
@@ -84,11 +114,10 @@ def _gradients_have_the_inputs_shapes(run: CheckRun) -> bool:
     return not wrong
 
 
-def _traced_gradient_shapes(run: CheckRun) -> list[tuple] | None:
+def _traced_gradient_shapes(run: CheckRun, graph: RawGraph | None) -> list[tuple] | None:
     """The shape of each gradient in z's order (the perturbable inputs', then the variables') as the traced graph
     computes it, or None without a graph (or one whose shapes are not all known). A decorated op's own gradients
     were checked one by one (`structure.py`), as they come back from its gradient function: None for it."""
-    graph = run.raw_graph
     if run.target.origin != "composite" or graph is None or len(graph.gradients) != len(run.columns.names):
         return None
     producers = {op.name: op for op in graph.ops}
@@ -129,41 +158,46 @@ def report_compiled_failure(run: CheckRun, error: Exception) -> None:
     )
 
 
-def compare_compiled(run: CheckRun) -> None:
-    """`graph-mismatch` when the compiled gradient gives other outputs or gradients than the direct call, by more than
-    rounding in the precision the op computes in (its tensors' dtypes, or a narrower float its traced graph computes
-    in: float16 inside a float32 op): in a 16-bit float, a difference beyond a few roundings of the tensor's largest
-    element is rounding when it vanishes in a wider float the op accepts (`precision.finest`), where the same two
-    runs are compared again."""
+def measure_compiled(run: CheckRun, compiled: Vjps, graph: RawGraph | None) -> CompiledDifference | None:
+    """The largest difference between the `compiled` run's outputs and gradients and the direct call's (the trial) by
+    more than rounding in the precision the op computes in (its tensors' dtypes, or a narrower float its traced
+    `graph` computes in: float16 inside a float32 op); in a 16-bit float, a difference beyond a few roundings of the
+    tensor's largest element is rounding when it vanishes in a wider float the op accepts (`precision.finest`), where
+    the same two runs are compared again. None where they agree."""
     trial, layout = run.trial, run.layout
-    # Compiled: the gradient graph's run where tracing is how the framework compiles, else the own-precision call.
-    traced = run.raw_graph.run if run.raw_graph is not None and run.raw_graph.run is not None else None
-    own = run.own_precision
-    compiled = traced if traced is not None else Vjps(own.outputs[None], own.trial.custom[:, :1], None)
     eager_gradients = None
     if trial.gradients is not None:  # a composite has no gradient function of its own to call directly
         eager_gradients = [trial.gradients[k] for k in layout.perturbable] + list(trial.variable_gradients or [])
     eager_outputs = [output for output, meta in zip(trial.outputs, trial.output_metas) if meta.floating]
-    found = _largest_difference(run, layout, eager_outputs, eager_gradients, compiled)
-    if traced is not None:  # compared: the traced run's values are not kept (two N-sized arrays at millions)
-        run.raw_graph = dataclasses.replace(run.raw_graph, run=None)
+    found = _largest_difference(run, layout, eager_outputs, eager_gradients, compiled, graph)
+    wider = precision.finest(run) if found is not None and found.rounding_bound else layout
+    if found is None or wider is layout:
+        return found
+    try:
+        in_wider = _difference_in(run, wider, graph)
+    except OpFailed:  # the op fails in the wider float after all: judged in its own
+        in_wider = found
+    if in_wider is None:  # the same two runs agree there: the difference was the op's rounding
+        return None
+    return dataclasses.replace(found, wider=run.precision(wider), in_wider=in_wider.difference)
+
+
+def compare_compiled(run: CheckRun, traced: Traced, own: OwnPrecision) -> None:
+    """`graph-mismatch` when the compiled gradient gives other outputs or gradients than the direct call beyond
+    rounding (`measure_compiled`): the gradient graph's run, measured by the graph phase where tracing is how the
+    framework compiles (`traced.compiled`), else the own-precision call."""
+    if traced.measured:
+        found = traced.compiled
+    else:
+        found = measure_compiled(run, Vjps(own.outputs[None], own.trial.custom[:, :1], None), traced.raw)
     if found is None:
         return
-    wider = precision.finest(run) if found.rounding_bound else layout
-    in_wider = None
-    if wider is not layout:
-        try:
-            in_wider = _difference_in(run, wider)
-        except OpFailed:  # the op fails in the wider float after all: judged in its own
-            in_wider = found
-        if in_wider is None:  # the same two runs agree there: the difference was the op's rounding
-            return
     findings, wording = run.findings, run.findings.wording
     measured = f"largest difference {found.difference:.3g} at {found.element}"
     if found.rounding_bound:
         measured += f", where {found.precision} rounding allows {found.allowed:.3g}"
-        if in_wider is not None:
-            measured += f"; in {run.precision(wider)}, {in_wider.difference:.3g}"
+        if found.in_wider is not None:
+            measured += f"; in {found.wider}, {found.in_wider:.3g}"
     findings.add(
         "graph-mismatch",
         "error",
@@ -172,26 +206,13 @@ def compare_compiled(run: CheckRun) -> None:
     )
 
 
-@dataclass(frozen=True)
-class _Difference:
-    """The largest difference between a direct and a compiled run beyond rounding, in one output or gradient."""
-
-    what: str  # "output" | "gradient"
-    position: int  # which output, or which input's gradient
-    element: str  # "output[3]", "dx[0, 1]"
-    difference: float
-    allowed: float
-    precision: str
-    #: The allowance is a rounding bound of a 16-bit float (a tensor's largest element), which cancellation inside
-    #: the op may exceed: then measured again in a wider float.
-    rounding_bound: bool
-
-
-def _largest_difference(run: CheckRun, layout: Layout, eager_outputs, eager_gradients, compiled: Vjps):
+def _largest_difference(
+    run: CheckRun, layout: Layout, eager_outputs, eager_gradients, compiled: Vjps, graph: RawGraph | None
+):
     """The first output or gradient whose direct and compiled values differ beyond rounding, or None."""
     adapter = run.adapter
     # The narrowest float the traced graph computes in bounds the rounding of every output and gradient.
-    traced = precision.traced_floats(run)
+    traced = precision.traced_floats(graph)
     inside = traced[-1] if traced else None
     output_precisions = [coarser(dtype, inside) for dtype in _output_precisions(run, layout)]
     compared = [("output", eager_outputs, compiled.outputs[0], run.rows, output_precisions)]
@@ -214,7 +235,7 @@ def _largest_difference(run: CheckRun, layout: Layout, eager_outputs, eager_grad
             if beyond.any():
                 worst = int(np.argmax(np.where(beyond, np.nan_to_num(difference, nan=np.inf), -1)))
                 name, index = axis.label(int(start) + worst)
-                return _Difference(
+                return CompiledDifference(
                     what,
                     position,
                     element_label(name, index),
@@ -233,7 +254,7 @@ def _output_precisions(run: CheckRun, layout: Layout) -> list[str]:
     return own if layout is run.layout else [run.precision(layout)] * len(own)
 
 
-def _difference_in(run: CheckRun, layout: Layout) -> _Difference | None:
+def _difference_in(run: CheckRun, layout: Layout, graph: RawGraph | None) -> CompiledDifference | None:
     """The direct and the compiled runs of the op compared again at `layout` (cast up), with the trial's upstream."""
     adapter, trial, dtype = run.adapter, run.trial, run.precision(layout)
     upstreams = [
@@ -252,21 +273,21 @@ def _difference_in(run: CheckRun, layout: Layout) -> _Difference | None:
         z = run.z(layout)
         compiled = run.vjps(layout, z[None], flat_upstream(run, z.dtype)[None], autodiff=False)
     eager_outputs = [output for output, meta in zip(outputs, trial.output_metas) if meta.floating]
-    return _largest_difference(run, layout, eager_outputs, gradients, compiled)
+    return _largest_difference(run, layout, eager_outputs, gradients, compiled, graph)
 
 
-def check_linearity(run: CheckRun) -> None:
+def check_linearity(run: CheckRun, own: OwnPrecision) -> tuple[OwnPrecision, Linearity | None]:
     """`grad-nonlinear` when the custom gradient is not linear in the upstream gradient; for a declared surrogate,
-    `surrogate-nonlinear` (info)."""
+    `surrogate-nonlinear` (info). `own` without its probes (judged: 4 N not kept at millions), and the verdict (None
+    where the op failed compiled)."""
     precision = run.precision(run.layout)
-    own = run.own_precision
+    judged = dataclasses.replace(own, probes=None)
     try:
-        found = run.linearity = linearity.judge(own.trial_gradient, own.probes, precision)
+        found = linearity.judge(own.trial_gradient, own.probes, precision)
     except OpFailed as failed:  # one upstream at a time (millions of elements): the op failing compiled
         report_compiled_failure(run, failed.error)
-        return
-    finally:
-        run.own_precision = dataclasses.replace(own, probes=None)  # judged: not kept (4 N at millions)
+        return judged, None
+    del own
     if found.response == "bounded":  # clipping, or a sign of the upstream: told apart by small upstreams
         z = run.z(run.layout)
         small = linearity.small_probes(flat_upstream(run, z.dtype), precision)
@@ -275,7 +296,13 @@ def check_linearity(run: CheckRun) -> None:
         except OpFailed:  # the op failed at these upstreams after all: no clipping can be told
             gradients = np.full(small.shape, np.nan)
         if not linearity.linear_when_small(gradients, precision):
-            found = run.linearity = dataclasses.replace(found, response="nonlinear")
+            found = dataclasses.replace(found, response="nonlinear")
+    _report_linearity(run, found)
+    return judged, found
+
+
+def _report_linearity(run: CheckRun, found: Linearity) -> None:
+    """`grad-nonlinear`, `surrogate-nonlinear` or nothing, for the linearity verdict `found`."""
     if found.response in ("linear", None):
         return
     findings = run.findings

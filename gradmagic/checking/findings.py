@@ -26,6 +26,9 @@ class Findings:
     problems: list[Problem] = field(default_factory=list)
     rows: list[TensorRow] = field(default_factory=list)
     surrogate: Surrogate | None = None  # a declared or recognised surrogate gradient (see surrogate.py)
+    #: Why the check stopped before comparing any number though nothing failed (non-finite example inputs): the
+    #: reason of its "not checked".
+    stopped: str | None = None
 
     def add(self, code: str, severity: str, message: str, **location: Any) -> None:
         if location.get("line") is not None:

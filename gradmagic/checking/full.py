@@ -25,7 +25,7 @@ from gradmagic.checking.differences import (
     tolerances,
 )
 from gradmagic.checking.findings import LISTED, Findings
-from gradmagic.checking.run import CheckRun
+from gradmagic.checking.run import CheckRun, Evidence, OwnPrecision
 from gradmagic.frameworks.base import Layout, Vjps
 from gradmagic.report import ElementComparison, JacobianBlock, Numerics, element_label
 
@@ -35,16 +35,16 @@ REPORTED_JACOBIAN_ENTRIES = 4096
 KINK_FRACTION = 0.01
 
 
-def jacobians(run: CheckRun, layout: Layout) -> Vjps:
+def jacobians(run: CheckRun, layout: Layout, own: OwnPrecision | None = None) -> Vjps:
     """The custom and autodiff Jacobians ([M, N] in `custom[0]`, `autodiff[0]`) at the layout's example point;
-    those in the op's own precision were taken with its other own-precision products (`compiled.py`)."""
-    if layout is run.layout and run.own_precision is not None and run.own_precision.jacobian is not None:
-        return run.own_precision.jacobian
+    those in the op's own precision were taken with its other own-precision products (`own`, `compiled.py`)."""
+    if layout is run.layout and own is not None and own.jacobian is not None:
+        return own.jacobian
     z = run.z(layout)
     return run.vjps(layout, z[None], np.zeros((0, run.rows.size), z.dtype), jacobian=True)
 
 
-def compare_full(run: CheckRun, layout: Layout) -> Numerics:
+def compare_full(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
     """Full-Jacobian comparison in `layout`'s precision; records fd-mismatch (or surrogate-*),
     nondifferentiable-point and autodiff-* problems."""
     options, findings = run.options, run.findings
@@ -54,8 +54,8 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
     rtol, atol = tolerances(dtype, options.rtol, options.atol)
     steps = steps_for(z, *run.dtypes_and_sizes(layout), options.eps)
     plus, minus = run.evaluate(layout, np.diag(steps), signs=(1.0, -1.0))
-    precise = jacobians(run, layout)
-    own = precise if layout is run.layout else jacobians(run, run.layout)
+    precise = jacobians(run, layout, evidence.own)
+    own = precise if layout is run.layout else jacobians(run, run.layout, evidence.own)
     custom = precise.custom[0]
     autodiff = None if precise.autodiff is None else precise.autodiff[0]
 
@@ -122,10 +122,10 @@ def compare_full(run: CheckRun, layout: Layout) -> Numerics:
         )
     _confirm_none_gradients(findings, columns, numerical_t, tolerance_t, judged.T)
     if mismatched.any():
-        _report_mismatch(run, layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
+        _report_mismatch(run, evidence, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
     elif options.surrogate:
         surrogate.report_declared_match(findings)
-    _report_autodiff(run, own, numerical, autodiff, tolerance, judged, mismatched)
+    _report_autodiff(run, own, evidence.traced.forward_ops, numerical, autodiff, tolerance, judged, mismatched)
 
     worst = [
         _element(columns, rows, row, column, custom, numerical, own_autodiff, error)
@@ -382,7 +382,9 @@ def _report_unjudged(unjudged, z, steps, custom, columns: Axis, findings: Findin
     )
 
 
-def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, numerical, autodiff, tolerance, judged):
+def _report_mismatch(
+    run: CheckRun, evidence: Evidence, mismatched, ranked, custom, numerical, autodiff, tolerance, judged
+):
     """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py)."""
     options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
     count = int(mismatched.sum())
@@ -405,14 +407,14 @@ def _report_mismatch(run: CheckRun, layout: Layout, mismatched, ranked, custom, 
         findings,
         options.surrogate,
         surrogate.full_evidence(
-            custom, numerical, tolerance, judged, square, run.linearity, run.forward_ops, autodiff
+            custom, numerical, tolerance, judged, square, evidence.linearity, evidence.traced.forward_ops, autodiff
         ),
         where + (f", by up to {largest:.3g}" if options.surrogate else ""),
         "; ".join(listing),
         dict(input=input_name, index=index, output=output_name, output_index=output_index),
         _pattern(mismatched, custom, numerical, tolerance),
         surrogate.autodiff_note(
-            autodiff, custom, numerical, mismatched, tolerance, findings.wording.autodiff, run.forward_ops
+            autodiff, custom, numerical, mismatched, tolerance, findings.wording.autodiff, evidence.traced.forward_ops
         )
         if options.surrogate
         else "",
@@ -442,7 +444,7 @@ def _pattern(mismatched, custom, numerical, tolerance) -> str:
     return ""
 
 
-def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, judged, mismatched) -> None:
+def _report_autodiff(run: CheckRun, own: Vjps, forward_ops, numerical, autodiff, tolerance, judged, mismatched) -> None:
     """autodiff-nonfinite (in the op's own precision, `own`) where the custom gradient is right, and
     autodiff-differs (in the finite differences' precision) where it is right and judged."""
     findings, columns, rows = run.findings, run.columns, run.rows
@@ -472,7 +474,7 @@ def _report_autodiff(run: CheckRun, own: Vjps, numerical, autodiff, tolerance, j
                 output=output_name,
                 output_index=output_index,
             )
-    stoppers = surrogate.gradient_stoppers(run.forward_ops, findings.wording)
+    stoppers = surrogate.gradient_stoppers(forward_ops, findings.wording)
     failure = run.autodiff_failure
     if autodiff is None and failure is not None:  # taken, but it failed where the custom gradient alone worked
         cause = findings.wording.autodiff_failure(failure)

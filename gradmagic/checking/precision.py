@@ -27,7 +27,7 @@ import numpy as np
 
 from gradmagic.checking.differences import EPSILONS, aligned_empty, machine_epsilon, relative_step
 from gradmagic.checking.run import CheckRun, OpFailed, flat_upstream
-from gradmagic.frameworks.base import Layout
+from gradmagic.frameworks.base import Layout, RawGraph
 
 # Per raw function (dropped with it): whether the forward accepts an input layout cast up to a wider float, by layout.
 _ACCEPTS_WIDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -125,27 +125,27 @@ AGREEMENT = 1e-2
 ROUNDINGS = 4
 
 
-def effective(run: CheckRun, layout: Layout) -> str:
+def effective(run: CheckRun, layout: Layout, graph: RawGraph | None) -> str:
     """The float the op computes in at `layout`, measured (see the module's docstring): z's own dtype or coarser.
-    Remembered per op and input layout, as whether it accepts float64."""
+    Remembered per op and input layout, as whether it accepts float64. `graph`: the op's traced graph, at its own
+    inputs, where there is one (the floats it computes in)."""
     known = _EFFECTIVE.setdefault(run.target.raw, {})
     key = _key(run, layout)
     if key not in known:
-        known[key] = _measure(run, layout)
+        known[key] = _measure(run, layout, graph)
     return known[key]
 
 
-def _narrower(run: CheckRun, layout: Layout) -> list[str]:
+def _narrower(run: CheckRun, layout: Layout, graph: RawGraph | None) -> list[str]:
     """The precisions the op may compute in besides `layout`'s, finest first: none where its traced graph (at the
     op's own inputs) has no cast (TensorFlow, JAX and PyTorch never narrow a float without one), else the floats that
     graph computes in; any where it calls into Python, which they cannot see, or was not traced. An op of a 16-bit
     float cast up to a wider one may cast back to its own (`ops.cast(x, "float16")`, a cast its own inputs make
     vanish from the graph): its own precision is always a candidate there."""
-    graph = run.raw_graph
     if graph is None or any(op.meaning in ("python_function", "eager_python_function") for op in graph.ops):
         return list(LADDER)
     own = run.precision(run.layout)
-    floats = set(traced_floats(run))
+    floats = set(traced_floats(graph))
     if layout is not run.layout and machine_epsilon(own) > EPSILONS["float32"]:
         floats.add(own)
     elif not any(op.meaning == "cast" for op in graph.ops):
@@ -153,17 +153,16 @@ def _narrower(run: CheckRun, layout: Layout) -> list[str]:
     return [name for name in LADDER if name in floats]
 
 
-def traced_floats(run: CheckRun) -> list[str]:
+def traced_floats(graph: RawGraph | None) -> list[str]:
     """The floats the op's traced graph (at its own inputs) computes in, finest first; [] without a graph."""
-    graph = run.raw_graph
     floats = {dtype for op in graph.ops for _, dtype in op.outputs} if graph is not None else set()
     return [name for name in LADDER if name in floats]
 
 
-def _measure(run: CheckRun, layout: Layout) -> str:
+def _measure(run: CheckRun, layout: Layout, graph: RawGraph | None) -> str:
     z = run.z(layout)
     declared = run.precision(layout)
-    coarser = [name for name in _narrower(run, layout) if machine_epsilon(name) > machine_epsilon(declared)]
+    coarser = [name for name in _narrower(run, layout, graph) if machine_epsilon(name) > machine_epsilon(declared)]
     candidates = [declared] + coarser
     if len(candidates) < 2 or not z.size:  # nothing coarser to tell apart
         return declared

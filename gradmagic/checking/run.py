@@ -1,13 +1,15 @@
-"""One check, as the phases see it: the op, its options, what was found, and what the phases computed so far.
+"""One check, as the phases see it, and the values the phases hand on.
 
-`check` makes a `CheckRun` and hands it to each phase in turn; a phase reads
-what the earlier ones left (the inputs as tensors, the eager trial, the
-layout of z) and adds its own. The Report is made from it at the end.
+`check` (`engine.py`) makes a `CheckRun`, the context every phase works in: the
+op, its options, the channel its findings go to (`Findings`), the op's batched
+calls (`evaluate`, `vjps`, ...), and once the structure phase has run, the
+`Subject` it found (the inputs as tensors, the eager trial, z's layout and the
+axes naming it). What a later phase finds it returns as a value (`Traced`,
+`Evidence`, `Numerics`), which `check` hands to the phases that need it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -61,6 +63,10 @@ class Trial:
     reached: tuple[str, ...] | None = None
     #: How many of the framework's ops the forward ran, where the adapter counts them (`ForwardRun.ops`).
     ops: int | None = None
+    #: What the gradient function can reach, when it changed some of it: put back at the end of the check again.
+    state: StateWatch | None = None
+    #: The op this run checked (a callable that turned out to reach custom-gradient ops: the composite).
+    target: Target | None = None
 
     def let_go(self, gradients_only: bool = False) -> None:
         """Drop the values (input- and output-sized tensors) once no phase needs them: the gradients after the
@@ -104,9 +110,75 @@ class OwnPrecision:
 FACTORED = 1 << 16
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What a check checks, as the structure phase found it: the op (a composite once known as one), its example
+    inputs as tensors, the trial run, z's layout at the example inputs (in their own precision), and the axes
+    naming z's elements (the perturbable inputs, then the variables) and the flat floating outputs."""
+
+    target: Target
+    inputs: CheckInputs
+    trial: Trial
+    layout: Layout
+    columns: Axis
+    rows: Axis
+
+    @property
+    def compared(self) -> bool:
+        """Whether there is a gradient to compare: floating outputs, and floating inputs or variables."""
+        return bool(self.rows.size and self.columns.size)
+
+
+@dataclass(frozen=True)
+class CompiledDifference:
+    """The largest difference between a direct and a compiled run beyond rounding, in one output or gradient
+    (`compiled.measure_compiled`)."""
+
+    what: str  # "output" | "gradient"
+    position: int  # which output, or which input's gradient
+    element: str  # "output[3]", "dx[0, 1]"
+    difference: float
+    allowed: float
+    precision: str
+    #: The allowance is a rounding bound of a 16-bit float (a tensor's largest element), which cancellation inside
+    #: the op may exceed: then measured again in a wider float.
+    rounding_bound: bool
+    wider: str | None = None  # the wider float it was measured again in
+    in_wider: float | None = None  # ... and the difference there
+
+
+@dataclass(frozen=True)
+class Traced:
+    """The graph phase's result: the forward and backward traced together (None where not traced; without the values
+    of its run), what the traced forward's ops do (`surrogate.forward_ops`), the graph drawn for the report, whether
+    the trace was put off to the op's next check, and, where tracing is how the framework compiles, its run measured
+    against the direct call (`measured`; `compiled`, the difference, None where they agree)."""
+
+    raw: RawGraph | None = None
+    forward_ops: frozenset[str] | None = None
+    graph: Graph | None = None
+    deferred: bool = False
+    measured: bool = False
+    compiled: CompiledDifference | None = None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the phases before the numbers found, which the numbers phase reads: the traced graph, the own-precision
+    products where full mode compares them (its Jacobians), the linearity verdict, and, for projection mode, where
+    autodiff alone is NaN/Inf in the op's own precision ((elements, the first), `compiled.rescued`)."""
+
+    traced: Traced = Traced()
+    own: OwnPrecision | None = None
+    linearity: Linearity | None = None
+    rescued: tuple[int, int] | None = None
+
+
 @dataclass
 class CheckRun:
-    """The state of one check, passed from phase to phase."""
+    """The context of one check, passed to every phase. Written only here and by `check`: the `subject` once the
+    structure phase found it, the op's measured precision (`effective`) once the numbers phase measured it; the
+    op's calls keep their own state (`autodiff_failure`, z read once per layout)."""
 
     adapter: Adapter
     target: Target
@@ -115,48 +187,58 @@ class CheckRun:
     progress: Callable[[float, str], None]
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)
-    inputs: CheckInputs | None = None
-    trial: Trial | None = None
-    layout: Layout | None = None  # z at the example inputs, in their own precision
-    precise: Layout | None = None  # the same in float64 where the op accepts it (finite differences run there)
-    columns: Axis | None = None  # names z's elements: the perturbable inputs, then the variables
-    rows: Axis | None = None  # names the flat floating outputs
-    raw_graph: RawGraph | None = None
-    forward_ops: frozenset[str] | None = None  # what the traced forward's ops do (see surrogate.forward_ops)
-    graph: Graph | None = None
-    numerics: Numerics | None = None  # None until the numbers phase ran (or why it did not is said, `report`)
-    #: Why the check stopped before comparing any number though nothing failed (non-finite example inputs): the
-    #: reason of its "not checked".
-    stopped: str | None = None
-    sweep: Sweep | None = None
+    #: The forward's state and the op's output during the check: put back and named when the report is made.
+    effects: OpEffects | None = None
+    subject: Subject | None = None
     #: The float the op computes in where the finite differences run, measured (`precision.effective`) when it is
     #: coarser than z's dtype there; steps and tolerances follow it.
     effective: str | None = None
-    own_precision: OwnPrecision | None = None  # taken once, compared with the trial, judged for linearity, reused
-    #: Where autodiff in the op's own precision is NaN/Inf and the custom gradient not: (elements, the first), taken
-    #: from `own_precision` by projection mode, which then lets it go.
-    autodiff_rescued: tuple[int, int] | None = None
-    linearity: Linearity | None = None
     #: What the framework raised when autodiff of the forward was taken beside the custom gradient, which alone
     #: worked (see `vjps`); autodiff is left out since.
     autodiff_failure: Exception | None = None
-    #: What the gradient function can reach, when it changed some of it: put back again at the end of the check.
-    state: StateWatch | None = None
-    #: The forward's state and the op's output during the check: put back and named when the report is made.
-    effects: OpEffects | None = None
     _z: dict = field(default_factory=dict, repr=False)  # id(layout): (layout, z), see `z`
+
+    def checks(self, subject: Subject) -> None:
+        """From now on the phases check `subject` (its target: a composite once the structure phase knew it)."""
+        self.subject, self.target = subject, subject.target
+
+    @property
+    def inputs(self) -> CheckInputs:
+        return self._subject.inputs
+
+    @property
+    def trial(self) -> Trial:
+        return self._subject.trial
+
+    @property
+    def layout(self) -> Layout:
+        return self._subject.layout
+
+    @property
+    def columns(self) -> Axis:
+        return self._subject.columns
+
+    @property
+    def rows(self) -> Axis:
+        return self._subject.rows
+
+    @property
+    def _subject(self) -> Subject:
+        if self.subject is None:
+            raise RuntimeError("the structure phase has not found the subject yet")
+        return self.subject
 
     @property
     def failed(self) -> bool:
         return self.findings.failed
 
-    @contextlib.contextmanager
-    def phase(self, name: str, fraction: float, timing: str | None = None):
-        """A phase of the check: progress reported as it starts, its time recorded under `timing`."""
+    def phase(self, name: str, fraction: float, step: Callable[..., Any], *arguments: Any, timing: str | None = None):
+        """`step(self, *arguments)`, a phase of the check: progress reported as it starts, its time recorded under
+        `timing`; what it returns."""
         self.progress(fraction, name)
         mark = time.perf_counter()
         try:
-            yield
+            return step(self, *arguments)
         finally:
             if timing is not None:
                 self.timings[timing] = self.timings.get(timing, 0.0) + time.perf_counter() - mark
@@ -252,11 +334,13 @@ class CheckRun:
         errors = [problem.code for problem in self.findings.problems if problem.severity == "error"]
         if errors:
             return f"not run after the error {errors[0]}"
-        if self.stopped is not None:
-            return self.stopped
+        if self.findings.stopped is not None:
+            return self.findings.stopped
         return "not asked for (numbers=False)" if not self.options.numbers else "not run"
 
-    def report(self) -> Report:
+    def report(self, traced: Traced | None = None, numerics: Numerics | None = None, sweep: Sweep | None = None):
+        """The Report of what the phases found (`traced`'s graph, `numerics`, `sweep`) and the findings; the op's
+        effects during the check put back and named first."""
         if self.effects is not None:  # before the findings become the report's problems
             self.effects.settle(self.findings)
         self.timings["total"] = time.perf_counter() - self.started
@@ -272,7 +356,7 @@ class CheckRun:
             adapter.backend,
         )
         surrogate = self.findings.surrogate or (Surrogate(declared=True) if options.surrogate else None)
-        numerics = self.numerics or Numerics(mode="skipped", skipped_because=self._why_no_numbers())
+        numerics = numerics or Numerics(mode="skipped", skipped_because=self._why_no_numbers())
         return Report(
             description,
             tuple(self.findings.problems),
@@ -280,8 +364,8 @@ class CheckRun:
             numerics,
             dict(self.timings),
             dataclasses.asdict(options),
-            self.graph,
-            self.sweep,
+            traced.graph if traced is not None else None,
+            sweep,
             surrogate=surrogate,
         )
 

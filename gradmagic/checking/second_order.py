@@ -12,11 +12,11 @@ import numpy as np
 from gradmagic.checking.differences import Axis, central_differences, central_points, judge, steps_for, tolerances
 from gradmagic.checking.full import loose_advice, report_listing, too_loose
 from gradmagic.checking.run import CheckRun
-from gradmagic.frameworks.base import Layout
+from gradmagic.frameworks.base import Layout, RawGraph
 from gradmagic.report import element_label
 
 
-def compare_second_order(run: CheckRun, layout: Layout) -> None:
+def compare_second_order(run: CheckRun, layout: Layout, graph: RawGraph | None) -> None:
     """`second-order-mismatch` where the derivative of the custom gradient disagrees with its finite differences."""
     options, findings, columns = run.options, run.findings, run.columns
     z = run.z(layout)
@@ -56,13 +56,13 @@ def compare_second_order(run: CheckRun, layout: Layout) -> None:
         f"differences of the custom gradient at {int(mismatched.sum())} of {mismatched.size} elements. "
         + "; ".join(listing)
         + ". "
-        + _why(run),
+        + _why(run, graph),
         input=name,
         index=index,
     )
 
 
-def _why(run: CheckRun) -> str:
+def _why(run: CheckRun, graph: RawGraph | None) -> str:
     """What the second-order mismatch says about the gradient function, in agreement with the first order's verdict
     and with what the gradient function calls."""
     wording = run.findings.wording
@@ -71,9 +71,7 @@ def _why(run: CheckRun) -> str:
             "The gradient function is already wrong at first order here (fd-mismatch): fix that first, its "
             "derivative follows."
         )
-    if run.raw_graph is not None and any(
-        op.scope == "backward" and op.meaning == "custom_gradient" for op in run.raw_graph.ops
-    ):
+    if graph is not None and any(op.scope == "backward" and op.meaning == "custom_gradient" for op in graph.ops):
         return (
             "The gradient function is right at this point, and it calls a custom-gradient op of its own: nested "
             "tapes differentiate that op through its custom gradient, which is what disagrees. Check that op "

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from gradmagic.checking.findings import LISTED, Findings, identifier, listing, plural
-from gradmagic.checking.run import CheckRun, Trial
+from gradmagic.checking.run import CheckInputs, CheckRun, Trial
 from gradmagic.checking.side_effects import StateWatch, code_names, unwrapped
 from gradmagic.checking.source_lines import decorator_names, error_line, first_line, return_line, returned_names
-from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, TensorMeta
+from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, Target, TensorMeta
 from gradmagic.report import TensorRow, element_label
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
@@ -32,19 +32,19 @@ PORTABLE_FORM = """def grad(*args, upstream=None):
     return ..."""
 
 
-def check_structure(run: CheckRun) -> None:
-    """Run the forward and the gradient function once; record problems and the shapes table; on success leave the
-    trial in `run.trial`."""
-    adapter, target, inputs, findings = run.adapter, run.target, run.inputs, run.findings
+def check_structure(run: CheckRun, inputs: CheckInputs) -> Trial | None:
+    """Run the forward and the gradient function once on `inputs`; record problems and the shapes table; the trial,
+    when the op is well-formed enough to go on."""
+    adapter, target, findings = run.adapter, run.target, run.findings
     _kin_hint(run)
     _check_keyword_inputs(adapter, inputs, findings)
     if _nonfinite_inputs(run, "input", inputs.names, inputs.metas, inputs.leaves):
-        return
+        return None
     try:
         forward = adapter.run_forward(lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves)
     except OpProblem as found:  # a mistake the framework reports far away, or not at all, found by the adapter
         findings.add(found.code, "error", found.message, line=error_line(found, target, findings.wording))
-        return
+        return None
     except (Exception, SystemExit) as error:  # the user's forward: any exception (sys.exit() too) is a finding
         findings.add(
             "forward-error",
@@ -52,47 +52,53 @@ def check_structure(run: CheckRun) -> None:
             _raised("forward", findings, error),
             line=error_line(error, target, findings.wording),
         )
-        return
+        return None
     result, variables = forward.result, forward.variables
     variable_metas = [adapter.meta(v) for v in variables]
     variable_names = _distinct([meta.name for meta in variable_metas])
     if _nonfinite_inputs(run, "variable", variable_names, variable_metas, variables):
-        return
+        return None
     composite = target.origin == "composite" or (target.origin == "plain" and not _attempts_pair(result))
     if composite:
-        if not _as_composite(run, forward):
-            return
-        target = run.target
+        target = _as_composite(run, forward)
+        if target is None:
+            return None
     elif not _returns_outputs_and_grad(run, result):
-        return
+        return None
     named = _outputs(run, result if composite else result[0])
     if named is None:
-        return
+        return None
     outputs, output_names, output_metas = named
     for name, meta in zip(variable_names, variable_metas):
         findings.rows.append(TensorRow("variable", name, meta.shape, meta.dtype))
     if composite:  # the framework takes the gradient: no gradient function of the user's to call
-        run.trial = Trial(
-            outputs, output_names, output_metas, variables, variable_names, _upstreams(run, output_names, output_metas)
+        upstreams = _upstreams(run, output_names, output_metas)
+        return Trial(
+            outputs,
+            output_names,
+            output_metas,
+            variables,
+            variable_names,
+            upstreams,
+            reached=forward.custom_gradients,
+            target=target,
         )
-        run.trial.reached = forward.custom_gradients
-        return
     grad_fn = result[1]
     if not _fits_convention(run, outputs, output_names, variable_names, grad_fn):
-        return
+        return None
     upstreams = _upstreams(run, output_names, output_metas)
     trial = Trial(outputs, output_names, output_metas, variables, variable_names, upstreams, ops=forward.ops)
 
     arguments, keywords = _gradient_call(adapter, inputs.structure, result[0], upstreams, variables)
     if adapter.convention.signature_checked and not _accepts_call(run, grad_fn, arguments, keywords):
-        return
+        return None
     watch = StateWatch(adapter, grad_fn)
     try:
         returned = adapter.call_gradient(grad_fn, arguments, keywords)
     except (Exception, SystemExit) as error:  # the user's gradient function (sys.exit() too)
         if _upstream_left_none(adapter, grad_fn, arguments, keywords):
             _missing_upstream_fallback(run, grad_fn, f"raised {type(error).__name__}")
-            return
+            return None
         asked = _asks_for_gradient(inputs.metas, variables)
         message = _raised("gradient function", findings, error, grad_fn, len(upstreams))
         if not asked:  # no input the framework differentiates: its failure here is no failure of the op
@@ -103,21 +109,21 @@ def check_structure(run: CheckRun) -> None:
         where = error_line(error, target, findings.wording)
         findings.add("grad-error", "error" if asked else "info", message, line=where)
         if asked:
-            return
+            return None
         returned = (None,) * len(inputs.names)
     finally:
-        _side_effects(run, watch, grad_fn)
+        trial.state = _side_effects(run, watch, grad_fn)
     if returned is None and _upstream_left_none(adapter, grad_fn, arguments, keywords):
         _missing_upstream_fallback(run, grad_fn, "returned None")
-        return
+        return None
     line = first_line(grad_fn)
     if variables:
         returned = _split_variable_gradients(run, trial, returned, line)
         if returned is None:
-            return
-    gradients = _input_gradients(run, returned, line)
+            return None
+    gradients = _input_gradients(run, inputs.names, returned, line)
     if gradients is None:
-        return
+        return None
     trial.gradients = gradients
     for role, names, metas, grads in (
         ("input", inputs.names, inputs.metas, gradients),
@@ -125,7 +131,7 @@ def check_structure(run: CheckRun) -> None:
     ):
         for name, meta, gradient in zip(names, metas, grads):
             _check_gradient(adapter, role, name, meta, gradient, findings, line, [m.shape for m in output_metas])
-    run.trial = trial
+    return trial
 
 
 def direct_call(run: CheckRun, layout: Layout, upstreams: list) -> tuple[list, list | None]:
@@ -203,21 +209,21 @@ def _attempts_pair(result: Any) -> bool:
     return isinstance(result, (tuple, list)) and any(callable(value) or value is None for value in result)
 
 
-def _as_composite(run: CheckRun, forward: ForwardRun) -> bool:
+def _as_composite(run: CheckRun, forward: ForwardRun) -> Target | None:
     """A callable that returns outputs, not `(outputs, grad_fn)`: a function reaching custom-gradient ops is checked
-    as one (`run.target` becomes the composite, noted); any other gets `return-structure` saying what was
-    expected."""
+    as one (the composite, returned, noted); any other gets `return-structure` saying what was expected (None)."""
     adapter, target, findings = run.adapter, run.target, run.findings
     reached = forward.custom_gradients
+    composite = target
     if target.origin == "plain":
         if reached:
             try:
-                run.target = adapter.resolve(target.raw, composite=True)
+                composite = adapter.resolve(target.raw, composite=True)
             except NotImplementedError:
                 reached = None
         if not reached:
             findings.add("return-structure", "error", _neither(run, reached, forward.result), line=return_line(target))
-            return False
+            return None
     names = listing(list(reached or ())) if reached else "custom-gradient ops"
     findings.add(
         "composite",
@@ -228,7 +234,7 @@ def _as_composite(run: CheckRun, forward: ForwardRun) -> bool:
         "differences. Autodiff, here, is the same function with those custom gradients replaced by autodiff of "
         "their own forwards.",
     )
-    return True
+    return composite
 
 
 def _neither(run: CheckRun, reached: tuple | None, result: Any) -> str:
@@ -264,12 +270,12 @@ def _distinct(names: list[str]) -> list[str]:
     return distinct
 
 
-def _side_effects(run: CheckRun, watch: StateWatch, grad_fn: Any) -> None:
-    """grad-side-effect (warning): the gradient function changed state it can reach; put back, and named."""
+def _side_effects(run: CheckRun, watch: StateWatch, grad_fn: Any) -> StateWatch | None:
+    """grad-side-effect (warning): the gradient function changed state it can reach; put back, and named. The watch,
+    where it did (the check puts the state back again at its end)."""
     changed = watch.changed()
     if not changed:
-        return
-    run.state = watch
+        return None
     restored = watch.restore()
     what = ", ".join(f"`{name}` ({'assigned' if kind == 'variable' else 'changed'})" for name, kind in changed)
     run.findings.add(
@@ -282,6 +288,7 @@ def _side_effects(run: CheckRun, watch: StateWatch, grad_fn: Any) -> None:
         + "Compute gradients only; keep state in the forward, or outside the op.",
         line=first_line(grad_fn),
     )
+    return watch
 
 
 def _fits_convention(run: CheckRun, outputs: list, output_names: list[str], variable_names: list[str], grad_fn) -> bool:
@@ -433,9 +440,10 @@ def _split_variable_gradients(run: CheckRun, trial: Trial, returned: Any, line: 
     return returned
 
 
-def _input_gradients(run: CheckRun, returned: Any, line: int | None) -> list | None:
-    """One gradient per input leaf, or None after recording why not (a list where a tuple is needed, a count)."""
-    adapter, findings, names = run.adapter, run.findings, run.inputs.names
+def _input_gradients(run: CheckRun, names: list[str], returned: Any, line: int | None) -> list | None:
+    """One gradient per input leaf (named `names`), or None after recording why not (a list where a tuple is needed,
+    a count)."""
+    adapter, findings = run.adapter, run.findings
     if isinstance(returned, collections.abc.Iterator):  # a generator expression, `map`, `zip`: no gradients yet
         findings.add(
             "grad-type",
@@ -518,7 +526,9 @@ def _nonfinite_inputs(run: CheckRun, role: str, names: list[str], metas: list[Te
         )
     if found:
         what = "example inputs" if role == "input" else "variables the forward reads"
-        run.stopped = f"the {what} are NaN/Inf at {', '.join(found[:LISTED])}{' ...' if len(found) > LISTED else ''}"
+        run.findings.stopped = (
+            f"the {what} are NaN/Inf at {', '.join(found[:LISTED])}{' ...' if len(found) > LISTED else ''}"
+        )
     return bool(found)
 
 

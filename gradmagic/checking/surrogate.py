@@ -369,4 +369,3 @@ def gradient_stoppers(ops: frozenset[str] | None, wording) -> str | None:
     if "eager_python_function" in (ops or ()):
         found.append(f"{wording.eager_python_function} ({wording.eager_python_function_gradient})")
     return ", ".join(found) or None
-

@@ -18,7 +18,7 @@ import numpy as np
 from gradmagic.checking.differences import Axis, relative_step, rounded_to, step_sizes
 from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Layout
-from gradmagic.report import JacobianBlock, Problem, Sweep, element_label
+from gradmagic.report import JacobianBlock, Numerics, Problem, Sweep, element_label
 
 #: Points along the sweep.
 POINTS = 201
@@ -28,16 +28,16 @@ ELEMENTWISE_FRACTION = 1e-12
 KNOWN_FRACTION = 0.5
 
 
-def sweep_along(run: CheckRun, precise: Layout) -> Sweep | None:
+def sweep_along(run: CheckRun, precise: Layout, numerics: Numerics) -> Sweep | None:
     """The sweep of the first suitable (input, output) pair, preferring the input a problem names; None if none.
 
-    `precise` is the layout the finite differences ran in; the output and the derivatives through the custom gradient
-    and autodiff are in the op's own precision, as the user runs it.
+    `precise` is the layout the finite differences ran in, `numerics` what they found; the output and the
+    derivatives through the custom gradient and autodiff are in the op's own precision, as the user runs it.
     """
     columns, rows, options, problems = run.columns, run.rows, run.options, run.findings.problems
-    choice = _choose(run.numerics.jacobians, problems, columns, options.sweep_element)
+    choice = _choose(numerics.jacobians, problems, columns, options.sweep_element)
     if choice is None:
-        run.findings.add("sweep-unavailable", "info", unsweepable(run.numerics.jacobians, columns, rows))
+        run.findings.add("sweep-unavailable", "info", unsweepable(numerics.jacobians, columns, rows))
         return None
     block, element, output_element, elementwise = choice
     column = int(columns.offsets[columns.names.index(block.input)]) + element

@@ -46,20 +46,19 @@ from gradmagic.checking.projection.wording import (
     report_resolution,
     resolution,
 )
-from gradmagic.checking.run import CheckRun
+from gradmagic.checking.run import CheckRun, Evidence
 from gradmagic.frameworks.base import Layout
 from gradmagic.report import ElementComparison, Numerics
 
-__all__ = ["compare_projected", "note_autodiff_rescued", "probe_upstream", "random_signs"]
+__all__ = ["compare_projected", "probe_upstream", "random_signs"]
 
 
-def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
+def compare_projected(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
     """Projection-mode comparison in `layout`'s precision: the probes measured and judged (`detection`), then the
     wrong elements located (`localisation`), or, for a pass, block probes where rounding hides single elements and
     what the pass resolves said (`wording`). Records fd-mismatch (or surrogate-*), fd-nonfinite, fd-noisy,
     projection-resolution and autodiff-nonfinite problems."""
     options = run.options
-    rescued = note_autodiff_rescued(run)
     run.trial.let_go()  # millions of elements: what the trial computed is not needed again
     if layout is not run.layout:
         run.release_z(run.layout)
@@ -73,10 +72,10 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
     detection = detect(run, layout, prober, measured)
     judge = BlockProbes(prober, detection.relative_truncation, epsilon, rtol, atol)
     if detection.failing.any():
-        located, max_error = _located(run, prober, detection, judge)
+        located, max_error = _located(run, prober, detection, judge, evidence)
     else:
-        located, max_error = _passed(run, layout, prober, detection, judge)
-    report_autodiff(run, rescued)
+        located, max_error = _passed(run, layout, prober, detection, judge, evidence)
+    report_autodiff(run, evidence.rescued)
     return Numerics(
         mode="projection",
         dtype=dtype,
@@ -92,7 +91,7 @@ def compare_projected(run: CheckRun, layout: Layout) -> Numerics:
 
 
 def _located(
-    run: CheckRun, prober: Prober, detection: Detection, judge: BlockProbes
+    run: CheckRun, prober: Prober, detection: Detection, judge: BlockProbes, evidence: Evidence
 ) -> tuple[list[ElementComparison], float]:
     """A failing probe's wrong elements (or the blocks carrying a spread error), reported; and the worst error as a
     share of its threshold."""
@@ -108,12 +107,12 @@ def _located(
         judge,
     )
     located, spread = locator.run()
-    report_mismatch(run, prober, detection.mismatch(located, spread))
+    report_mismatch(run, prober, detection.mismatch(located, spread), evidence)
     return located, detection.max_error
 
 
 def _passed(
-    run: CheckRun, layout: Layout, prober: Prober, detection: Detection, judge: BlockProbes
+    run: CheckRun, layout: Layout, prober: Prober, detection: Detection, judge: BlockProbes, evidence: Evidence
 ) -> tuple[list[ElementComparison], float]:
     """Every probe within its noise: block probes where rounding hides a typical element's error (float32 at scale,
     sized for the small ones), then what the pass resolves, said where it is coarser than the tolerance."""
@@ -133,7 +132,7 @@ def _passed(
                 tuple(located),
                 directions="random directions, each over one block of the elements",
             )
-            report_mismatch(run, prober, mismatch)
+            report_mismatch(run, prober, mismatch, evidence)
             max_error = max(max_error, judge.worst_error)
     if not located:
         if options.surrogate and detection.judgeable and not judge.unmeasured:
@@ -142,20 +141,3 @@ def _passed(
         tolerated = (judge.rtol, judge.atol)
         report_resolution(run, layout, prober, seen, dtype, tolerated, detection.threshold, judge.unmeasured)
     return located, max_error
-
-
-def note_autodiff_rescued(run: CheckRun) -> tuple[int, int] | None:
-    """Where the framework's own gradient is NaN/Inf and the custom one is not, in the op's own precision for the
-    trial's random upstream (taken by `compiled.py`): (how many elements, the first), or None. Taken once; the
-    own-precision products are then let go (N-sized arrays at millions of elements that projection mode does not
-    need again)."""
-    own = run.own_precision
-    if own is not None:
-        trial, run.own_precision = own.trial, None
-        run.autodiff_rescued = None
-        if trial.autodiff is not None:
-            with np.errstate(all="ignore"):
-                rescued = ~np.isfinite(trial.autodiff[0, 0]) & np.isfinite(trial.custom[0, 0])
-            if rescued.any():
-                run.autodiff_rescued = (int(rescued.sum()), int(np.flatnonzero(rescued)[0]))
-    return run.autodiff_rescued

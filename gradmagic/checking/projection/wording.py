@@ -13,7 +13,7 @@ from gradmagic.checking.differences import tolerances
 from gradmagic.checking.findings import LISTED
 from gradmagic.checking.projection.constants import SINGLE_ELEMENT_NOTE, SINGLE_ELEMENT_WARNING, SMALL
 from gradmagic.checking.projection.probing import Prober
-from gradmagic.checking.run import CheckRun
+from gradmagic.checking.run import CheckRun, Evidence
 from gradmagic.frameworks.base import Layout
 from gradmagic.report import ElementComparison, element_label
 
@@ -34,8 +34,9 @@ class Mismatch:
     directions: str = "random directions"  # what the directions were, as the message names them
 
 
-def report_mismatch(run: CheckRun, prober: Prober, mismatch: Mismatch) -> None:
-    """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py)."""
+def report_mismatch(run: CheckRun, prober: Prober, mismatch: Mismatch, earlier: Evidence) -> None:
+    """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py); what the earlier phases found
+    (`earlier`: the traced forward's ops, the linearity verdict) is evidence for the pattern."""
     options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
     failing, error, noise, predicted = mismatch.failing, mismatch.error, mismatch.noise, mismatch.predicted
     located, spread = list(mismatch.located), mismatch.spread
@@ -90,9 +91,9 @@ def report_mismatch(run: CheckRun, prober: Prober, mismatch: Mismatch) -> None:
         prober.custom,
         prober.upstream_vector,
         square,
-        run.linearity,
+        earlier.linearity,
         mismatch.true_zero,
-        run.forward_ops,
+        earlier.traced.forward_ops,
         tuple(located),
     )
     note = ""
@@ -113,7 +114,7 @@ def report_mismatch(run: CheckRun, prober: Prober, mismatch: Mismatch) -> None:
             np.ones(custom.shape, bool),
             tolerance,
             findings.wording.autodiff,
-            run.forward_ops,
+            earlier.traced.forward_ops,
         )
     surrogate.report_mismatch(
         findings,
