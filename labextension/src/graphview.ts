@@ -9,7 +9,8 @@
  * Every string from the report goes in as text.
  */
 import { element, svg, uniqueId } from './dom';
-import { IGraph, IGraphEdge, IGraphNode, IGraphScope, NODE_ROLES, formatBytes, formatShape } from './schema';
+import { formatBytes, formatShape } from './data';
+import { IGraph, IGraphEdge, IGraphNode, IGraphScope, NodeRole } from './schema';
 
 /** Pixels per layout unit. */
 const UNIT_X = 150;
@@ -19,6 +20,8 @@ const CHAR_WIDTH = 6.4;
 const MARGIN = 40;
 const MIN_SCALE = 0.1;
 const MAX_SCALE = 8;
+/** The nodes' roles, in the legend's order: the forward lane's, then the backward lane's. */
+const NODE_ROLES: readonly NodeRole[] = ['input', 'variable', 'forward', 'output', 'upstream', 'backward', 'downstream'];
 
 /** What shows in place of a graph without a layout. */
 export const NO_LAYOUT =

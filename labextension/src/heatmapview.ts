@@ -8,7 +8,8 @@
  * draws the same.
  */
 import { element, svg, uniqueId } from './dom';
-import { IJacobianBlock, INumerics, Num, formatNumber, toNumber } from './schema';
+import { Num, formatNumber, toNumber } from './data';
+import { IJacobianBlock, INumerics } from './schema';
 
 /** Cells are this many pixels at most and at least; a matrix is at most MATRIX pixels wide or high. */
 const CELL_MAX = 28;

@@ -11,23 +11,8 @@ import { element } from './dom';
 import { graphView } from './graphview';
 import { heatmapBlocks, heatmapsView } from './heatmapview';
 import { ILive, ViewState } from './live';
-import {
-  VERDICT_WORDS,
-  IElementComparison,
-  ILocation,
-  INumerics,
-  IProblem,
-  IReport,
-  ISweep,
-  ITensorRow,
-  Verdict,
-  counted,
-  digitsToTell,
-  elementLabel,
-  formatBytes,
-  formatNumber,
-  formatShape
-} from './schema';
+import { VERDICT_WORDS, counted, digitsToTell, elementLabel, formatBytes, formatNumber, formatShape } from './data';
+import { IElementComparison, ILocation, INumerics, IProblem, IReport, ISweep, ITensorRow, Verdict } from './schema';
 import { sweepView } from './sweepview';
 
 export { VERDICT_WORDS };

@@ -10,7 +10,8 @@
  * reads: a kernel whose gradmagic speaks another one asks its own kernel for its own view.
  */
 
-import { VERDICT_WORDS, Verdict } from './schema';
+import { VERDICT_WORDS } from './data';
+import { Verdict } from './schema';
 
 /** Where the page keeps the report's view, by the model contract it speaks. */
 export const VIEW_KEY = 'gradmagic.view/1';

@@ -6,120 +6,13 @@
  * `watch_summary`, `watch_time`, `nonfinite_lines`, `watch_row`, `watched_op_lines`), pinned by tests on the same
  * watch.
  */
+import { VERDICT_WORDS, counted, elementLabel, formatBytes, readReport, toNumber } from './data';
 import { element } from './dom';
 import { reportView } from './reportview';
-import {
-  ILocation,
-  IReport,
-  Severity,
-  Verdict,
-  VERDICT_WORDS,
-  counted,
-  elementLabel,
-  formatBytes,
-  readReport
-} from './schema';
+import { INonFinite, IValueSummary, IWatchReport, IWatchedOp } from './schema';
 
-/** The MIME type under which a watch's report travels from the kernel. */
-export const WATCH_MIME_TYPE = 'application/vnd.gradmagic.watch-report+json';
-/** The watch schema major version this view reads. */
-export const WATCH_SCHEMA_MAJOR = 1;
 /** Characters of an op's first problem in the table (the whole of it is in the op's report). */
 const PROBLEM_WIDTH = 90;
-
-export interface IWatchProblem {
-  op: string;
-  code: string;
-  severity: Severity;
-  message: string;
-  /** The call whose recorded inputs show it; null: the watched code itself showed it. */
-  call: number | null;
-  location: ILocation | null;
-}
-
-export interface IValueSummary {
-  name: string;
-  dtype: string;
-  shapes: (number | null)[][];
-  minimum: number | null;
-  maximum: number | null;
-  nonfinite_calls: number;
-}
-
-export interface INonFinite {
-  op: string;
-  call: number | null;
-  kind: 'gradient' | 'output';
-  tensor: string;
-  index: number[];
-  elements: number;
-  values: string;
-  from_finite: boolean;
-}
-
-export interface ICheckedCall {
-  call: number;
-  reasons: string[];
-  shapes: number[][];
-  verdict: Verdict;
-  codes: string[];
-}
-
-export interface IWatchedOp {
-  name: string;
-  verdict: Verdict;
-  report: IReport;
-  where: string | null;
-  calls: number;
-  compiled_calls: number;
-  gradient_calls: number;
-  inputs: IValueSummary[];
-  outputs: IValueSummary[];
-  nonfinite_gradient_calls: number;
-  nonfinite_output_calls: number;
-  first_nonfinite_gradient: INonFinite | null;
-  first_nonfinite_output: INonFinite | null;
-  checked: ICheckedCall[];
-  checked_call: number | null;
-  findings: { code: string; severity: Severity; message: string; location: ILocation | null }[];
-}
-
-export interface IWatchReport {
-  version: string;
-  ok: boolean;
-  verdict: Verdict;
-  problems: IWatchProblem[];
-  watched: IWatchedOp[];
-  framework: string;
-  framework_version: string;
-  first_nonfinite_gradient: INonFinite | null;
-  first_nonfinite_output: INonFinite | null;
-  timings: Record<string, number>;
-  memory_limit: number;
-  kept_bytes: number;
-  calls_not_kept: number;
-  notes: string[];
-  error: string | null;
-}
-
-/** The watch's report in `data`, or an Error saying why it cannot be read. */
-export function readWatchReport(data: unknown): IWatchReport | Error {
-  if (typeof data !== 'object' || data === null || Array.isArray(data)) {
-    return new Error("The gradmagic watch's report is not a JSON object.");
-  }
-  const watch = data as Partial<IWatchReport>;
-  const version = typeof watch.version === 'string' ? watch.version : '';
-  if (Number(version.split('.')[0]) !== WATCH_SCHEMA_MAJOR) {
-    return new Error(
-      `This gradmagic extension reads watch reports of schema ${WATCH_SCHEMA_MAJOR}.x; this one is version ` +
-        `${version || 'unknown'}. Update the extension (pip install -U gradmagic) to see it.`
-    );
-  }
-  if (!Array.isArray(watch.watched)) {
-    return new Error('The gradmagic watch report has no "watched".');
-  }
-  return watch as IWatchReport;
-}
 
 /** `269 ms`, `1.4 s` (Python's `seconds`). */
 export function seconds(value: number): string {
@@ -237,7 +130,9 @@ export function watchRow(op: IWatchedOp): [string, string, string, string, strin
 export function valueLine(summary: IValueSummary): string {
   const shapes = summary.shapes.map(shape => `[${shape.map(d => (d === null ? 'None' : String(d))).join(', ')}]`);
   const extent =
-    summary.minimum === null ? '' : `  from ${formatG4(summary.minimum)} to ${formatG4(summary.maximum ?? NaN)}`;
+    summary.minimum === null
+      ? ''
+      : `  from ${formatG4(toNumber(summary.minimum))} to ${formatG4(toNumber(summary.maximum))}`;
   const nonfinite = summary.nonfinite_calls ? `, non-finite in ${counted(summary.nonfinite_calls, 'call')}` : '';
   return `${summary.name.padEnd(10)} ${summary.dtype} ${shapes.join(', ')}${extent}${nonfinite}`;
 }

@@ -25,32 +25,11 @@ import {
   surrogateLine,
   sweepSummary
 } from '../reportview';
-import {
-  IGraph,
-  IReport,
-  MIME_TYPE,
-  NodeRole,
-  counted,
-  digitsToTell,
-  formatNumber,
-  formatShape,
-  readReport,
-  toNumber
-} from '../schema';
+import { counted, digitsToTell, formatNumber, formatShape, readReport, readWatchReport, toNumber } from '../data';
+import { IGraph, IReport, IWatchReport, MIME_TYPE, NodeRole, WATCH_MIME_TYPE } from '../schema';
 import { jumps, nearestPoint, niceTicks, nonFiniteRuns, sweepDetails } from '../sweepview';
 import { VIEW_KEY, render as stubRender, viewRegistry } from '../stub';
-import {
-  IWatchReport,
-  WATCH_MIME_TYPE,
-  formatG4,
-  nonFiniteLines,
-  readWatchReport,
-  watchRow,
-  watchSummary,
-  watchTime,
-  watchView,
-  watchedOpLines
-} from '../watchview';
+import { formatG4, nonFiniteLines, watchRow, watchSummary, watchTime, watchView, watchedOpLines } from '../watchview';
 import { IWidgetModel, REPORT_EVENT, render } from '../widget';
 
 const folder = process.env.GRADMAGIC_REPORT_FIXTURES;
