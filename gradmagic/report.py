@@ -30,8 +30,8 @@ SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `graph`, 1.2 `sweep`, 1.3
 #: `op.backend` and `backends` (the portability check), 1.4 the surrogate verdict and `surrogate`, 1.5
 #: `graph.layout`, 1.6 the unchecked verdict and the composite origin, 1.7 `numerics.jacobians[].error` and
-#: `graph.layout.routes`.
-SCHEMA_VERSION = "1.7"
+#: `graph.layout.routes`, 1.8 `words`.
+SCHEMA_VERSION = "1.8"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -436,6 +436,45 @@ class BackendResult(_Shown):
 
 
 @dataclass(frozen=True)
+class WorstRow:
+    """A row of the table of the worst (or located) elements, as every view shows it."""
+
+    #: The element, its output's beside it where the Jacobian has one: "d output[2] / d x[2]"; then its custom
+    #: gradient, finite differences and autodiff (with the digits that tell the first two apart where it is beyond
+    #: the tolerance), and its error ÷ the tolerance.
+    cells: tuple[str, str, str, str, str]
+    beyond: bool  # beyond the tolerance (or its error not finite): the row is marked
+
+
+@dataclass(frozen=True)
+class ReportWords:
+    """What every view of a report says, worded once, in Python (`gradmagic.render.words.report_words`): the static
+    HTML is written with these words, and the JupyterLab view and the live widget show them as they are."""
+
+    verdict: str  # the badge: "passes", "fails", "surrogate gradient (declared)", ...
+    #: The verdict with each Keras backend it was checked on ("fails on PyTorch; passes on TensorFlow, JAX"); the
+    #: badge's words for an op checked on one framework.
+    headline: str
+    figures: str  # the key figures after the verdict: "full mode · 3 elements in float64 · worst error ... · 24 ms"
+    surrogate: str | None  # what the report says of a surrogate gradient, declared or recognised
+    places: tuple[str, ...]  # where each of `problems` is ("x[2]; Cell In[3], line 4"), "" where it names no place
+    numerics: str  # how the finite differences ran and what they found, in a sentence
+    kinks: str | None  # where the forward is not differentiable, left out of the comparison
+    worst_title: str  # "Worst elements" (full mode) or "Located elements (...)" (projection mode)
+    worst: tuple[WorstRow, ...]  # the elements the table lists: those beyond the tolerance, else the first few
+    #: The shapes table, a row per tensor: role, name, dtype and shape, the expected ones, and whether they match.
+    shapes: tuple[tuple[str, str, str, str, str], ...]
+    #: The portability table, a row per backend: backend, verdict, problems (or why not checked), versions, time.
+    backends: tuple[tuple[str, str, str, str, str], ...]
+    sweep: str | None  # the sweep's caption; None without a sweep
+    no_sweep: str | None  # why there is no sweep; None with one
+    no_sweep_live: str | None  # why there is no sweep, as the live view says it (where its Sweep button is)
+    graph: str | None  # the gradient graph's summary; None without a graph
+    no_graph: str | None  # why there is no gradient graph; None with one
+    timings: str | None  # what ran the op, the execution mode, and the time of each phase of the check
+
+
+@dataclass(frozen=True)
 class Report(_Shown):
     """The result of `gradmagic.check()`: problems, the shapes table, the finite-difference comparison and
     timings."""
@@ -461,6 +500,9 @@ class Report(_Shown):
     #: Properties its data holds after `$schema` and `version`: derived from the fields, for readers that need not
     #: derive them again.
     DERIVED: ClassVar[tuple[str, ...]] = ("ok", "verdict")
+    #: The words every view shows, and the schema version that added them: the renderers write them beside the
+    #: fields, as `words` (`gradmagic.render.words.report_data`); `to_dict()` does not, and `from_dict()` leaves them.
+    WORDS: ClassVar[tuple[type, str]] = (ReportWords, "1.8")
 
     @property
     def ok(self) -> bool:
@@ -511,8 +553,8 @@ class Report(_Shown):
 #: The report of a watch (`gradmagic.watch()`): a report of reports, one per custom-gradient op the watched code
 #: reached.
 WATCH_SCHEMA_ID = "urn:gradmagic:schema:watch-report"
-#: Bumped on any change of the data's meaning; readers check the major number.
-WATCH_SCHEMA_VERSION = "1.0"
+#: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `words`.
+WATCH_SCHEMA_VERSION = "1.1"
 WATCH_MIME_TYPE = "application/vnd.gradmagic.watch-report+json"
 _VERDICT_ORDER = ("fail", "warn", "surrogate", "pass", "unchecked")
 
@@ -648,6 +690,26 @@ class WatchProblem(_Shown):
 
 
 @dataclass(frozen=True)
+class WatchWords:
+    """What every view of a watch's report says, worded once, in Python (`gradmagic.render.words.watch_words`)."""
+
+    verdict: str  # the badge: "passes", "fails", ...
+    summary: str  # "watch of 3 custom-gradient ops fails (2 errors, 0 warnings)"
+    #: The framework; the time the watched code took, the watch's own part in it and the checks'; the memory the kept
+    #: inputs took, of the limit.
+    timings: str
+    #: Where the first gradient and the first output went non-finite, that none did, or that no op was called.
+    lines: tuple[str, ...]
+    raised: str | None  # what the watched code raised, in a sentence
+    #: The table, a row per op of `watched`: name, where, calls, verdict, its first problem (code and first sentence).
+    rows: tuple[tuple[str, str, str, str, str], ...]
+    #: A list per op of `watched`: what its calls received and did, and the calls it was checked at, a line each.
+    calls: tuple[tuple[str, ...], ...]
+    #: A list per op of `watched`: where each of its `findings` is ("model.py, line 14"), "" where it names no place.
+    places: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
 class WatchReport(_Shown):
     """What `gradmagic.watch()` found: every custom-gradient op the watched code reached, each with an ordinary
     Report (`ops`), and where the first gradient went non-finite.
@@ -678,6 +740,9 @@ class WatchReport(_Shown):
     VERSION: ClassVar[str] = WATCH_SCHEMA_VERSION
     #: Properties its data holds after `$schema` and `version`, derived from the fields.
     DERIVED: ClassVar[tuple[str, ...]] = ("ok", "verdict", "problems")
+    #: The words every view shows, and the schema version that added them (written by the renderers:
+    #: `gradmagic.render.words.watch_data`).
+    WORDS: ClassVar[tuple[type, str]] = (WatchWords, "1.1")
 
     @property
     def ops(self) -> tuple[Report, ...]:

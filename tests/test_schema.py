@@ -14,7 +14,17 @@ import pytest
 import report_fixtures
 
 from gradmagic.render.html import render_html
-from gradmagic.report import SCHEMA_VERSION, WATCH_SCHEMA_VERSION, Location, Report, WatchReport, schema, watch_schema
+from gradmagic.render.words import report_data, report_words, watch_data
+from gradmagic.report import (
+    SCHEMA_VERSION,
+    WATCH_SCHEMA_VERSION,
+    Location,
+    Report,
+    WatchReport,
+    json_data,
+    schema,
+    watch_schema,
+)
 from gradmagic.schema import COMMAND, ROOTS, TYPESCRIPT, files, json_schema, stale
 
 SAVED = Path(__file__).resolve().parent / "saved_reports"
@@ -55,39 +65,42 @@ def test_the_schema_carries_the_dataclasses_types_and_their_comments_as_descript
     }
     assert "Added in 1.5." in made["$defs"]["Graph"]["properties"]["layout"]["description"]
     assert "layout" not in made["$defs"]["Graph"]["required"]  # older reports lack it
+    assert made["properties"]["words"]["$ref"] == "#/$defs/ReportWords" and "words" not in made["required"]
     assert made["$defs"]["AnyFloat"]["oneOf"][1] == {"enum": ["NaN", "Infinity", "-Infinity"]}
     assert made["$defs"]["GraphScope"]["properties"]["members"]["minItems"] == 2
 
 
-def test_every_fixture_validates_and_reads_back():
+def test_every_fixture_validates_and_reads_back_with_its_words():
     for fixture, report in report_fixtures.reports().items():
-        data = json.loads(json.dumps(report.to_dict(), allow_nan=False))  # strict JSON, as the views get it
+        data = json.loads(json.dumps(report_data(report), allow_nan=False))  # strict JSON, as the views get it
         jsonschema.validate(data, schema())
-        assert data["version"] == SCHEMA_VERSION, fixture
+        assert data["version"] == SCHEMA_VERSION and data["words"] == json_data(report_words(report)), fixture
         again = Report.from_dict(data)
-        assert again.to_dict() == data, fixture
+        assert report_data(again) == data, fixture
         assert (again.verdict, again.codes()) == (report.verdict, report.codes()), fixture
 
 
-def test_a_watch_validates_and_reads_back():
+def test_a_watch_validates_and_reads_back_with_each_reports_words():
     from test_labextension import watch_fixture
 
     watch = watch_fixture()
-    data = json.loads(json.dumps(watch.to_dict(), allow_nan=False))
+    data = json.loads(json.dumps(watch_data(watch), allow_nan=False))
     jsonschema.validate(data, watch_schema())
     assert data["version"] == WATCH_SCHEMA_VERSION
+    assert all(entry["report"]["words"]["verdict"] for entry in data["watched"])
     again = WatchReport.from_dict(data)
-    assert again.to_dict() == data
+    assert watch_data(again) == data
 
 
 @pytest.mark.parametrize("name", ["unreduced_bias-1.7.json", "straight_through-1.7.json"])
 def test_a_report_saved_by_schema_1_7_validates_reads_and_renders(name):
     data = json.loads((SAVED / name).read_text())
-    assert data["version"] == "1.7"
+    assert data["version"] == "1.7" and "words" not in data
     jsonschema.validate(data, schema())
     report = Report.from_dict(data)
     assert report.to_dict() == {**data, "version": SCHEMA_VERSION}
-    assert report.op.name in render_html(report)
+    words = report_words(report)
+    assert words.verdict in render_html(report).lower() and words.figures.split(" · ")[0] in render_html(report)
 
 
 def test_a_watch_saved_by_schema_1_0_validates_and_reads():
@@ -99,7 +112,7 @@ def test_a_watch_saved_by_schema_1_0_validates_and_reads():
 
 
 def test_reading_ignores_fields_a_newer_minor_version_adds_and_refuses_a_newer_major_one():
-    data = report_fixtures.reports()["unreduced_bias"].to_dict()
+    data = report_data(report_fixtures.reports()["unreduced_bias"])
     newer = {**data, "version": "1.99", "future": {"x": 1}, "op": {**data["op"], "later": True}}
     assert Report.from_dict(newer) == Report.from_dict(data)
     with pytest.raises(ValueError, match="report version '2.0' is not readable by schema 1"):

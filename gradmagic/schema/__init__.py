@@ -223,6 +223,12 @@ def json_schema(root: Root) -> dict[str, Any]:
         "version": {"type": "string", "pattern": rf"^{root.cls.VERSION.split('.')[0]}\.[0-9]+$"},
     }
     body = made.object(root.cls)
+    words, added = root.cls.WORDS
+    body["properties"]["words"] = made.described(
+        made.of(words),
+        f"The words every view shows, worded once in Python (gradmagic.render.words); absent from data `to_dict()` "
+        f"wrote, and from data saved before {added}, where a view words what it can itself. Added in {added}.",
+    )
     history = comments().get((None, root.version), "")
     description = " ".join(
         part
@@ -319,8 +325,9 @@ def typescript() -> str:
     """`labextension/src/schema.ts`: the data's types, from the schemas, and the constants a reader checks."""
     out = [
         "/**",
-        " * The types of the data gradmagic's kernel side sends the views: a Report, as `Report.to_dict()` writes it,",
-        " * and a watch's report (`WatchReport.to_dict()`). GENERATED from the dataclasses of",
+        " * The types of the data gradmagic's kernel side sends the views: a Report, as `gradmagic.render.words."
+        "report_data`",
+        " * writes it (`Report.to_dict()` and its `words`), and a watch's report. GENERATED from the dataclasses of",
         f" * gradmagic/report.py through gradmagic/schema/*.schema.json by `{COMMAND}`: edit those, then run it.",
         " */",
         "",

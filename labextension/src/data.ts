@@ -1,9 +1,19 @@
 /**
  * Reading the data the kernel sends (its types are generated from Python's dataclasses: `schema.ts`): a report or a
- * watch's report of a schema major version this extension reads, its numbers as numbers, and the words every view
- * says of them.
+ * watch's report of a schema major version this extension reads, its numbers as numbers, and its words. The words
+ * are Python's (`words`, worded once by `gradmagic/render/words.py`); data saved by a gradmagic older than schema 1.8
+ * has none, and is shown with the few words the data itself holds, and a note saying so.
  */
-import { AnyFloat, BackendVerdict, IReport, IWatchReport, SCHEMA_VERSION, Shape, WATCH_SCHEMA_VERSION } from './schema';
+import {
+  AnyFloat,
+  IReport,
+  IReportWords,
+  IWatchReport,
+  IWatchWords,
+  SCHEMA_VERSION,
+  Shape,
+  WATCH_SCHEMA_VERSION
+} from './schema';
 
 /** The schema major version of the reports this extension reads. */
 export const SCHEMA_MAJOR = Number(SCHEMA_VERSION.split('.')[0]);
@@ -62,15 +72,63 @@ export function readWatchReport(data: unknown): IWatchReport | Error {
   return watch as IWatchReport;
 }
 
-/** Verdicts in words, as every view says them (Python's `VERDICT_WORDS` in `gradmagic/render/__init__.py`). */
-export const VERDICT_WORDS: Record<BackendVerdict, string> = {
-  pass: 'passes',
-  warn: 'passes with warnings',
-  surrogate: 'surrogate gradient (declared)',
-  unchecked: 'not checked',
-  fail: 'fails',
-  unavailable: 'not checked'
-};
+/** What a view says in place of the words a report saved before schema 1.8 lacks. */
+export const OLDER_REPORT =
+  'Saved by an older gradmagic, without the words every view shows now: re-run the cell for its summaries.';
+
+/**
+ * The report's words: Python's, or, for a report saved before schema 1.8, what its data holds as it is (its verdict,
+ * the shapes of its tensors) and a note saying so where the key figures go.
+ */
+export function wordsOf(report: IReport): IReportWords {
+  if (report.words) {
+    return report.words;
+  }
+  const shapes = report.tensors.map(tensor => {
+    const expected = tensor.expected_shape
+      ? `${tensor.expected_dtype ?? ''} ${formatShape(tensor.expected_shape)}`
+      : '';
+    const mark = expected ? (tensor.matches ? '✓' : '✗') : '';
+    const shape = tensor.shape ? `${tensor.dtype ?? ''} ${formatShape(tensor.shape)}` : 'None';
+    return [tensor.role, tensor.name, shape.trim(), expected.trim(), mark] as [string, string, string, string, string];
+  });
+  return {
+    verdict: report.verdict,
+    headline: report.verdict,
+    figures: OLDER_REPORT,
+    surrogate: null,
+    places: report.problems.map(() => ''),
+    numerics: '',
+    kinks: null,
+    worst_title: '',
+    worst: [],
+    shapes,
+    backends: (report.backends ?? []).map(result => [result.backend, result.verdict, '', result.version ?? '', '']),
+    sweep: null,
+    no_sweep: report.sweep ? null : '',
+    no_sweep_live: report.sweep ? null : '',
+    graph: null,
+    no_graph: report.graph ? null : '',
+    timings: null
+  };
+}
+
+/** The watch's words: Python's, or, for a watch saved before its schema 1.1, its data's own and a note. */
+export function watchWordsOf(watch: IWatchReport): IWatchWords {
+  if (watch.words) {
+    return watch.words;
+  }
+  return {
+    verdict: watch.verdict,
+    summary: OLDER_REPORT,
+    timings: `${watch.framework} ${watch.framework_version}`,
+    lines: [],
+    raised: watch.error,
+    rows: watch.watched.map(op => [op.name, op.where ?? '', String(op.calls), op.verdict, '']),
+    calls: watch.watched.map(() => []),
+    places: watch.watched.map(op => op.findings.map(() => ''))
+  };
+}
 
 /** A number from the report as a JavaScript number: the non-finite strings as NaN and ±Infinity, null as NaN. */
 export function toNumber(value: Num): number {
@@ -78,8 +136,9 @@ export function toNumber(value: Num): number {
 }
 
 /**
- * A number for display: non-finite strings as they are, others with `digits` significant digits (4 by default), or
- * `digits - 2` decimals and an exponent out of [1e-3, 1e5). Python's `format_number` writes the same.
+ * A number for display in the figures' labels and hover cards: non-finite strings as they are, others with `digits`
+ * significant digits (4 by default), or `digits - 2` decimals and an exponent out of [1e-3, 1e5); as Python's
+ * `format_number` writes the figures it draws.
  */
 export function formatNumber(value: Num | undefined, digits = 4): string {
   if (value === null || value === undefined) {
@@ -94,26 +153,6 @@ export function formatNumber(value: Num | undefined, digits = 4): string {
   return value.toExponential(digits - 2);
 }
 
-/** The most significant digits a table shows to tell two values apart. */
-export const MOST_DIGITS = 10;
-
-/**
- * The significant digits (4 at least, MOST_DIGITS at most) at which `first` and `second` read differently, so that a
- * wrong element's custom gradient and finite differences never print alike (`0.25 | 0.25`); 4 when they are equal
- * or one is not a finite number. Python's `digits_to_tell` says the same.
- */
-export function digitsToTell(first: Num, second: Num): number {
-  if (typeof first !== 'number' || typeof second !== 'number' || first === second) {
-    return 4;
-  }
-  for (let digits = 4; digits <= MOST_DIGITS; digits++) {
-    if (formatNumber(first, digits) !== formatNumber(second, digits)) {
-      return digits;
-    }
-  }
-  return MOST_DIGITS;
-}
-
 /** `[2, 3]`, `[?, 3]` for unknown dimensions, `scalar` for rank 0, `—` for no tensor. */
 export function formatShape(shape: Shape | null | undefined): string {
   if (!shape) {
@@ -122,20 +161,12 @@ export function formatShape(shape: Shape | null | undefined): string {
   return shape.length ? `[${shape.map(d => (d === null ? '?' : String(d))).join(', ')}]` : 'scalar';
 }
 
-/**
- * `1 element`, `3 elements`, `4,096 elements`: a count and its noun, singular for exactly one (Python's `counted`
- * in `gradmagic/render/__init__.py` says the same).
- */
-export function counted(count: number, word: string, plural?: string): string {
-  return `${count.toLocaleString('en')} ${count === 1 ? word : (plural ?? `${word}s`)}`;
-}
-
 /** `x[2, 0]` for an element, `x` for the whole tensor. */
 export function elementLabel(name: string, index: number[] | null | undefined): string {
   return index && index.length ? `${name}[${index.join(', ')}]` : name;
 }
 
-/** `12 B`, `3.0 KiB`, `1.5 MiB`: a size in bytes. */
+/** `12 B`, `3.0 KiB`, `1.5 MiB`: a size in bytes, for the graph's hover cards. */
 export function formatBytes(size: number): string {
   const units: [string, number][] = [
     ['GiB', 2 ** 30],

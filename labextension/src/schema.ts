@@ -1,18 +1,18 @@
 /**
- * The types of the data gradmagic's kernel side sends the views: a Report, as `Report.to_dict()` writes it,
- * and a watch's report (`WatchReport.to_dict()`). GENERATED from the dataclasses of
+ * The types of the data gradmagic's kernel side sends the views: a Report, as `gradmagic.render.words.report_data`
+ * writes it (`Report.to_dict()` and its `words`), and a watch's report. GENERATED from the dataclasses of
  * gradmagic/report.py through gradmagic/schema/*.schema.json by `python -m gradmagic.schema`: edit those, then run it.
  */
 
 /** The MIME type under which a Report travels from the kernel. */
 export const MIME_TYPE = 'application/vnd.gradmagic.report+json';
 /** The Report schema's version this extension was built with; it reads its major version. */
-export const SCHEMA_VERSION = '1.7';
+export const SCHEMA_VERSION = '1.8';
 
 /** The MIME type under which a WatchReport travels from the kernel. */
 export const WATCH_MIME_TYPE = 'application/vnd.gradmagic.watch-report+json';
 /** The WatchReport schema's version this extension was built with; it reads its major version. */
-export const WATCH_SCHEMA_VERSION = '1.0';
+export const WATCH_SCHEMA_VERSION = '1.1';
 
 /**
  * "fail": a problem of severity error; "unchecked": nothing fails but no gradient value could be compared
@@ -322,6 +322,62 @@ export interface ISurrogate {
   reason: string | null;
 }
 
+/**
+ * What every view of a report says, worded once, in Python (`gradmagic.render.words.report_words`): the static HTML is
+ * written with these words, and the JupyterLab view and the live widget show them as they are.
+ */
+export interface IReportWords {
+  /** The badge: "passes", "fails", "surrogate gradient (declared)", ... */
+  verdict: string;
+  /**
+   * The verdict with each Keras backend it was checked on ("fails on PyTorch; passes on TensorFlow, JAX"); the badge's
+   * words for an op checked on one framework.
+   */
+  headline: string;
+  /** The key figures after the verdict: "full mode · 3 elements in float64 · worst error ... · 24 ms". */
+  figures: string;
+  /** What the report says of a surrogate gradient, declared or recognised. */
+  surrogate: string | null;
+  /** Where each of `problems` is ("x[2]; Cell In[3], line 4"), "" where it names no place. */
+  places: string[];
+  /** How the finite differences ran and what they found, in a sentence. */
+  numerics: string;
+  /** Where the forward is not differentiable, left out of the comparison. */
+  kinks: string | null;
+  /** "Worst elements" (full mode) or "Located elements (...)" (projection mode). */
+  worst_title: string;
+  /** The elements the table lists: those beyond the tolerance, else the first few. */
+  worst: IWorstRow[];
+  /** The shapes table, a row per tensor: role, name, dtype and shape, the expected ones, and whether they match. */
+  shapes: [string, string, string, string, string][];
+  /** The portability table, a row per backend: backend, verdict, problems (or why not checked), versions, time. */
+  backends: [string, string, string, string, string][];
+  /** The sweep's caption; None without a sweep. */
+  sweep: string | null;
+  /** Why there is no sweep; None with one. */
+  no_sweep: string | null;
+  /** Why there is no sweep, as the live view says it (where its Sweep button is). */
+  no_sweep_live: string | null;
+  /** The gradient graph's summary; None without a graph. */
+  graph: string | null;
+  /** Why there is no gradient graph; None with one. */
+  no_graph: string | null;
+  /** What ran the op, the execution mode, and the time of each phase of the check. */
+  timings: string | null;
+}
+
+/** A row of the table of the worst (or located) elements, as every view shows it. */
+export interface IWorstRow {
+  /**
+   * The element, its output's beside it where the Jacobian has one: "d output[2] / d x[2]"; then its custom gradient,
+   * finite differences and autodiff (with the digits that tell the first two apart where it is beyond the tolerance),
+   * and its error ÷ the tolerance.
+   */
+  cells: [string, string, string, string, string];
+  /** Beyond the tolerance (or its error not finite): the row is marked. */
+  beyond: boolean;
+}
+
 /** The result of `gradmagic.check()`: problems, the shapes table, the finite-difference comparison and timings. */
 export interface IReport {
   $schema: 'urn:gradmagic:schema:report';
@@ -356,6 +412,11 @@ export interface IReport {
    * fd-mismatch; None otherwise. Added in 1.4.
    */
   surrogate?: ISurrogate | null;
+  /**
+   * The words every view shows, worded once in Python (gradmagic.render.words); absent from data `to_dict()` wrote, and
+   * from data saved before 1.8, where a view words what it can itself. Added in 1.8.
+   */
+  words?: IReportWords;
 }
 
 /**
@@ -449,6 +510,33 @@ export interface ICheckedCall {
   codes: string[];
 }
 
+/** What every view of a watch's report says, worded once, in Python (`gradmagic.render.words.watch_words`). */
+export interface IWatchWords {
+  /** The badge: "passes", "fails", ... */
+  verdict: string;
+  /** "watch of 3 custom-gradient ops fails (2 errors, 0 warnings)". */
+  summary: string;
+  /**
+   * The framework; the time the watched code took, the watch's own part in it and the checks'; the memory the kept
+   * inputs took, of the limit.
+   */
+  timings: string;
+  /** Where the first gradient and the first output went non-finite, that none did, or that no op was called. */
+  lines: string[];
+  /** What the watched code raised, in a sentence. */
+  raised: string | null;
+  /**
+   * The table, a row per op of `watched`: name, where, calls, verdict, its first problem (code and first sentence).
+   */
+  rows: [string, string, string, string, string][];
+  /** A list per op of `watched`: what its calls received and did, and the calls it was checked at, a line each. */
+  calls: string[][];
+  /**
+   * A list per op of `watched`: where each of its `findings` is ("model.py, line 14"), "" where it names no place.
+   */
+  places: string[][];
+}
+
 /**
  * What `gradmagic.watch()` found: every custom-gradient op the watched code reached, each with an ordinary Report
  * (`ops`), and where the first gradient went non-finite. `timings`: `watched` is the watched code's wall time
@@ -487,4 +575,9 @@ export interface IWatchReport {
   notes: string[];
   /** What the watched code raised ("ValueError: ..."), if it did. */
   error: string | null;
+  /**
+   * The words every view shows, worded once in Python (gradmagic.render.words); absent from data `to_dict()` wrote, and
+   * from data saved before 1.1, where a view words what it can itself. Added in 1.1.
+   */
+  words?: IWatchWords;
 }
