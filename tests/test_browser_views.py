@@ -393,9 +393,9 @@ def test_a_notebook_saved_with_widget_state_carries_no_copy_of_the_view_per_repo
         traits = model["state"]
         assert len(traits.get("_esm", "")) < 2_000, "the view's code is saved in a widget's state"
         assert "_css" not in traits and "fallback" not in traits
+    # The report's data (a watch's is 20 KB and more) and the stub, never the view itself (39 KiB of JavaScript).
     per_report = len(json.dumps(state)) / len(reports)
-    # A report's data and its words (schema 1.8: 1 to 2 KB a report), never a view of some 100 KB.
-    assert per_report < 25_000, f"{per_report:.0f} B of widget state per report"
+    assert per_report < 30_000, f"{per_report:.0f} B of widget state per report"
     (ARTIFACTS / "views-saved-notebook.txt").write_text(
         f"{saved.name}: {saved.stat().st_size} B, {len(reports)} reports, {len(state)} widget models, "
         f"widget state {len(json.dumps(state))} B\n"
