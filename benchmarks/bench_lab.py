@@ -72,8 +72,9 @@ import report_fixtures
 from IPython.display import display
 from gradmagic.render.html import render_html
 from gradmagic.render.text import render_text
+from gradmagic.render.words import report_data
 report = report_fixtures.graph_of_about({NODES})
-data, html, text = report.to_dict(), render_html(report), render_text(report)
+data, html, text = report_data(report), render_html(report), render_text(report)
 nodes = len(report.graph.nodes)
 def show(run, extension=True):
     bundle = {{"text/html": html, "text/plain": text + f" gradmagic-bench-run {{run}}"}}

@@ -7,6 +7,10 @@ JSON-serialisable data that validates against the JSON Schema shipped in
 `gradmagic/schema/report.schema.json` (`SCHEMA_ID`, version `SCHEMA_VERSION`);
 `Report.from_dict()` reads it back. Renderers read a Report; they never re-run
 checks.
+
+The dataclasses here are the data model's one source: their fields, type hints and comments (`#:` above a field,
+or `#` after it) make the JSON Schema and the lab extension's TypeScript types (`python -m gradmagic.schema`
+writes both), and `to_dict()` and `from_dict()` follow the fields and type hints, whatever the class.
 """
 
 from __future__ import annotations
@@ -14,18 +18,60 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
-#: Bumped on any change of the data's meaning; readers check the major number.
-SCHEMA_VERSION = "1.7"
+#: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `graph`, 1.2 `sweep`, 1.3
+#: `op.backend` and `backends` (the portability check), 1.4 the surrogate verdict and `surrogate`, 1.5
+#: `graph.layout`, 1.6 the unchecked verdict and the composite origin, 1.7 `numerics.jacobians[].error` and
+#: `graph.layout.routes`, 1.8 `words`.
+SCHEMA_VERSION = "1.8"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
-SEVERITIES = ("error", "warning", "info")
+
+class JsonSchema(dict):
+    """JSON Schema keywords for a type, beside its Python type: `Annotated[int, JsonSchema(minimum=0)]`. Keywords
+    add to the schema of the Python type; a `oneOf` replaces it."""
+
+    def __hash__(self) -> int:  # typing hashes what `Annotated` carries
+        return hash(json.dumps(self, sort_keys=True))
+
+
+#: A float, NaN and the infinities included: JSON carries those as the strings "NaN", "Infinity" and "-Infinity".
+AnyFloat = Annotated[float, JsonSchema(oneOf=[{"type": "number"}, {"enum": ["NaN", "Infinity", "-Infinity"]}])]
+#: A count, or a size in bytes.
+Count = Annotated[int, JsonSchema(minimum=0)]
+#: A tensor's shape; None for a dimension not known.
+Shape = tuple[int | None, ...]
+#: An element's index inside its tensor; empty for a scalar.
+Index = tuple[Count, ...]
+#: "fail": a problem of severity error; "unchecked": nothing fails but no gradient value could be compared
+#: (`numerics.skipped_because` says why; 1.6); "surrogate": a declared surrogate gradient differs from the true
+#: derivative and nothing fails (1.4); "warn": a warning; else "pass".
+Verdict = Literal["pass", "warn", "surrogate", "unchecked", "fail"]
+#: A verdict on one Keras backend; "unavailable" when the backend could not run (not installed, its process failed).
+BackendVerdict = Literal["pass", "warn", "surrogate", "unchecked", "fail", "unavailable"]
+Severity = Literal["error", "warning", "info"]
+#: A row of the shapes table: an input, an output, an upstream or downstream gradient, a variable or its gradient.
+TensorRole = Literal["input", "output", "upstream", "downstream", "variable", "variable-gradient"]
+#: A node of the gradient graph: the forward lane's roles, then the backward lane's.
+NodeRole = Literal["input", "variable", "forward", "output", "upstream", "backward", "downstream"]
+
+SEVERITIES: tuple[str, ...] = typing.get_args(Severity)
+
+
+def added_in(version: str, default: Any = None) -> Any:
+    """A field that data of schema versions before `version` lacks: readers take `default` for it, and the schema
+    does not require it."""
+    return field(default=default, metadata={"added in": version})
+
 
 #: The longest a message, a note or an error of a report may be; beyond, it is cut, with a note of how much more.
 TEXT_LIMIT = 3_000
@@ -113,8 +159,8 @@ class Location(_Shown):
     input: str | None = None  # argument name, e.g. "x", or "args[1]" for a *args element
     output: str | None = None  # output name, e.g. "output[0]"
     variable: str | None = None  # a tf.Variable's name
-    index: tuple[int, ...] | None = None  # element index inside the input (or variable)
-    output_index: tuple[int, ...] | None = None  # element index inside the output
+    index: Index | None = None  # element index inside the input (or variable)
+    output_index: Index | None = None  # element index inside the output
     line: int | None = None  # line in the user's cell (the magic line is line 1) or file
     filename: str | None = None
 
@@ -123,9 +169,14 @@ class Location(_Shown):
 class Problem(_Shown):
     """One finding: a stable `code`, a severity, and a message naming cause and fix."""
 
+    #: Stable identifier, e.g. return-structure, grad-count, grad-shape, grad-dtype, missing-variables-kwarg,
+    #: variable-grad-count, none-gradient, not-differentiable, forward-error, grad-error, keyword-input, input-type,
+    #: grad-structure, nonfinite-output, nonfinite-gradient, fd-mismatch, fd-error, second-order-mismatch,
+    #: second-order-skipped, graph-unavailable, nondifferentiable-point, autodiff-nonfinite, autodiff-differs,
+    #: graph-mismatch, non-resource-variable, closed-over-tensor.
     code: str
-    severity: str
-    message: str
+    severity: Severity
+    message: str  # the cause and the fix
     location: Location | None = None
 
     def __post_init__(self) -> None:
@@ -138,13 +189,13 @@ class Problem(_Shown):
 class TensorRow(_Shown):
     """A line of the shapes table: one input, output, upstream or downstream gradient, or variable."""
 
-    role: str  # "input" | "output" | "upstream" | "downstream" | "variable" | "variable-gradient"
+    role: TensorRole
     name: str
-    shape: tuple[int | None, ...] | None  # None: not a tensor (e.g. a None gradient)
+    shape: Shape | None  # None: not a tensor (e.g. a None gradient)
     dtype: str | None
-    expected_shape: tuple[int | None, ...] | None = None  # for gradients: the input's
+    expected_shape: Shape | None = None  # for gradients: the input's
     expected_dtype: str | None = None
-    matches: bool = True
+    matches: bool = True  # the shape and dtype are the expected ones
 
 
 @dataclass(frozen=True)
@@ -152,13 +203,13 @@ class ElementComparison(_Shown):
     """One Jacobian element (or a located element in projection mode), side by side."""
 
     input: str  # input or variable name
-    index: tuple[int, ...]
+    index: Index
     output: str | None
-    output_index: tuple[int, ...] | None
-    custom: float | None
-    numerical: float | None
-    autodiff: float | None
-    error: float | None  # scaled error used for the verdict (1.0 is the tolerance)
+    output_index: Index | None
+    custom: AnyFloat | None  # through the custom gradient
+    numerical: AnyFloat | None  # by finite differences
+    autodiff: AnyFloat | None  # through the forward's own ops
+    error: AnyFloat | None  # scaled error used for the verdict (1.0 is the tolerance)
 
 
 @dataclass(frozen=True)
@@ -167,28 +218,30 @@ class JacobianBlock(_Shown):
 
     input: str
     output: str
-    shape: tuple[int, int]
-    custom: list[float | None]
-    numerical: list[float | None]
-    autodiff: list[float | None]
+    shape: tuple[Count, Count]  # outputs, inputs
+    custom: list[AnyFloat | None]
+    numerical: list[AnyFloat | None]
+    autodiff: list[AnyFloat | None]
     #: The check's scaled error of each entry (1.0 is the tolerance; -1 where nothing was judged: a kink, no finite
-    #: difference); None in a report saved before schema 1.7.
-    error: list[float | None] | None = None
+    #: difference).
+    error: list[AnyFloat | None] | None = added_in("1.7")
 
 
 @dataclass(frozen=True)
 class Numerics(_Shown):
     """How the finite-difference comparison was done, and what it found."""
 
-    mode: str  # "full" | "projection" | "skipped"
-    dtype: str | None = None  # dtype the finite differences ran in
+    #: "full": every Jacobian entry by finite differences; "projection": random directions, wrong elements located
+    #: after; "skipped": no gradient value compared (`skipped_because` says why).
+    mode: Literal["full", "projection", "skipped"]
+    dtype: str | None = None  # the dtype the finite differences ran in
     rtol: float | None = None
     atol: float | None = None
     eps: float | None = None  # relative step
-    elements: int = 0  # total input (and variable) elements perturbed
-    max_error: float | None = None  # worst scaled error (1.0 is the tolerance)
-    probes: int = 0  # projection mode: number of random directions
-    noise_floor: float | None = None  # projection mode: measured relative noise
+    elements: Count = 0  # total input (and variable) elements perturbed
+    max_error: AnyFloat | None = None  # worst scaled error (1.0 is the tolerance)
+    probes: Count = 0  # projection mode: number of random directions
+    noise_floor: AnyFloat | None = None  # projection mode: measured relative noise
     worst: tuple[ElementComparison, ...] = ()
     jacobians: tuple[JacobianBlock, ...] = ()
     skipped_because: str | None = None
@@ -201,11 +254,11 @@ class GraphNode(_Shown):
     id: str
     op: str  # the framework's op type, e.g. "Exp"; "" for inputs, outputs and gradients
     label: str
-    role: str  # "input" | "variable" | "forward" | "output" | "upstream" | "backward" | "downstream"
-    shapes: tuple[tuple[int | None, ...], ...] = ()  # of its outputs
+    role: NodeRole
+    shapes: tuple[Shape, ...] = ()  # the shapes of its outputs
     dtypes: tuple[str, ...] = ()
     line: int | None = None  # the line of the user's source that created it
-    count: int = 1  # ops this node stands for (more than 1 when a name scope is folded)
+    count: Annotated[int, JsonSchema(minimum=1)] = 1  # ops this node stands for (more than 1: a folded name scope)
 
 
 @dataclass(frozen=True)
@@ -214,10 +267,10 @@ class GraphEdge(_Shown):
 
     source: str
     target: str
-    shape: tuple[int | None, ...] | None
+    shape: Shape | None
     dtype: str | None
-    saved: bool = False
-    bytes: int | None = None
+    saved: bool = False  # the backward keeps this forward tensor alive
+    bytes: Count | None = None
 
 
 @dataclass(frozen=True)
@@ -228,9 +281,9 @@ class GraphScope(_Shown):
 
     id: str
     label: str
-    role: str
-    count: int  # ops it stands for
-    members: tuple[str, ...]  # node ids, in the graph's order
+    role: NodeRole
+    count: Annotated[int, JsonSchema(minimum=1)]  # ops it stands for
+    members: Annotated[tuple[str, ...], JsonSchema(minItems=2)]  # node ids, in the graph's order
 
 
 @dataclass(frozen=True)
@@ -242,11 +295,13 @@ class GraphLayout:
     are the name scopes folded into one node each, when the graph has too many nodes to draw one by one.
     """
 
+    #: Every drawn node by id (a folded scope's id in place of its members): [x, y] in layout units.
     positions: dict[str, tuple[float, float]]
+    #: Name scopes drawn as one node each (graphs of more than 200 nodes); empty when none is folded.
     scopes: tuple[GraphScope, ...] = ()
     #: Edges that would cross another node's box drawn straight, with the points they pass through between their ends
     #: (layout units); an edge not listed is drawn straight.
-    routes: tuple[GraphRoute, ...] = ()
+    routes: tuple[GraphRoute, ...] = added_in("1.7", ())
 
 
 @dataclass(frozen=True)
@@ -264,11 +319,13 @@ class Graph:
 
     nodes: tuple[GraphNode, ...]
     edges: tuple[GraphEdge, ...]
-    saved_tensors: int = 0
-    saved_bytes: int = 0  # what the backward keeps alive from the forward
-    raw: bool = False
-    traced_ops: int = 0  # ops in the traced graph before folding
-    layout: GraphLayout | None = None  # None in a report saved before schema 1.5
+    saved_tensors: Count = 0  # distinct forward tensors the backward consumes
+    saved_bytes: Count = 0  # their total size: what the backward keeps alive from the forward
+    raw: bool = False  # framework plumbing not folded away
+    traced_ops: Count = 0  # ops in the traced graph before folding
+    #: Where the drawings put each node, computed with the graph; without it (a report saved before 1.5) the graph
+    #: is not drawn.
+    layout: GraphLayout | None = added_in("1.5")
 
     def folded(self, scopes: tuple[GraphScope, ...] | None = None) -> Graph:
         """The graph as drawn: each of `scopes` (by default its layout's) one node, edges between nodes once."""
@@ -316,20 +373,20 @@ class Sweep(_Shown):
     element-wise function.
     """
 
-    input: str
-    index: tuple[int, ...]
+    input: str  # the swept input (or variable)
+    index: Index  # the swept element inside it
     output: str
-    output_index: tuple[int, ...]
-    example: float  # the element's value at the example point
-    points: tuple[float, ...]
-    values: tuple[float | None, ...]
-    custom: tuple[float | None, ...]
-    autodiff: tuple[float | None, ...] | None  # None where the forward has no autodiff gradient
-    numerical: tuple[float | None, ...]
-    dtype: str
-    numerical_dtype: str
-    elementwise: bool = False
-    kinks: tuple[float, ...] = ()  # where the check found the forward not differentiable
+    output_index: Index
+    example: AnyFloat  # the element's value at the example point
+    points: tuple[AnyFloat, ...]  # the swept element's values
+    values: tuple[AnyFloat | None, ...]  # the output element at each point
+    custom: tuple[AnyFloat | None, ...]  # its derivative through the custom gradient
+    autodiff: tuple[AnyFloat | None, ...] | None  # through the forward's own ops; None where it has no gradient
+    numerical: tuple[AnyFloat | None, ...]  # its central difference
+    dtype: str  # the dtype of values, custom and autodiff (the op's own)
+    numerical_dtype: str  # the dtype the central differences ran in
+    elementwise: bool = False  # output[i] depends on input[i] alone
+    kinks: tuple[AnyFloat, ...] = ()  # where the check found the forward not differentiable
 
 
 @dataclass(frozen=True)
@@ -341,8 +398,10 @@ class Surrogate(_Shown):
     Recognised only, the check fails with `fd-mismatch` and names the pattern.
     """
 
-    declared: bool
-    pattern: str | None = None  # "straight-through estimator", "gradient clipping", "gradient reversal", ...
+    declared: bool  # declared by the user (--surrogate, surrogate=True): its difference informs, it does not fail
+    #: The recognised pattern: "straight-through estimator", "gradient clipping", "gradient reversal", "scaled
+    #: gradient reversal", "scaled gradient", "stopped gradient", "stop_gradient-like forward"; None when none is.
+    pattern: str | None = None
     reason: str | None = None  # what in the measurements shows the pattern
 
 
@@ -351,41 +410,99 @@ class OpDescription(_Shown):
     """What was checked."""
 
     name: str
-    signature: str
+    signature: str  # Python signature, e.g. "(x, y=2.0)"
+    #: The adapter's name: "tensorflow" (tf.custom_gradient) or "keras" (keras.ops.custom_gradient).
     framework: str
     framework_version: str
-    origin: str  # "magic" | "decorated" | "plain" | "composite"
+    #: Made by %%custom_gradient, decorated by hand, a plain function returning (outputs, grad_fn), or (1.6) a
+    #: composite: a differentiable function that reaches custom-gradient ops inside.
+    origin: Literal["magic", "decorated", "plain", "composite"]
     mode: str = "eager"  # execution mode the check ran in
     filename: str | None = None
-    backend: str | None = None  # Keras 3's backend ("tensorflow", "jax", "torch") when framework is "keras"
+    #: Keras 3's backend ("tensorflow", "jax", "torch") when framework is "keras", else None.
+    backend: str | None = added_in("1.3")
 
 
 @dataclass(frozen=True)
 class BackendResult(_Shown):
     """The op checked on one Keras backend, in its own process (the portability check)."""
 
-    backend: str  # "tensorflow" | "jax" | "torch"
-    verdict: str  # "pass" | "warn" | "surrogate" | "fail" | "unavailable"
-    version: str | None = None
+    backend: str  # "tensorflow", "jax" or "torch"
+    verdict: BackendVerdict
+    version: str | None = None  # Keras's and the backend's versions in that process
     problems: tuple[Problem, ...] = ()
     seconds: float = 0.0
     note: str | None = None  # why it is unavailable
 
 
 @dataclass(frozen=True)
+class WorstRow:
+    """A row of the table of the worst (or located) elements, as every view shows it."""
+
+    #: The element, its output's beside it where the Jacobian has one: "d output[2] / d x[2]"; then its custom
+    #: gradient, finite differences and autodiff (with the digits that tell the first two apart where it is beyond
+    #: the tolerance), and its error ÷ the tolerance.
+    cells: tuple[str, str, str, str, str]
+    beyond: bool  # beyond the tolerance (or its error not finite): the row is marked
+
+
+@dataclass(frozen=True)
+class ReportWords:
+    """What every view of a report says, worded once, in Python (`gradmagic.render.words.report_words`): the static
+    HTML is written with these words, and the JupyterLab view and the live widget show them as they are."""
+
+    verdict: str  # the badge: "passes", "fails", "surrogate gradient (declared)", ...
+    #: The verdict with each Keras backend it was checked on ("fails on PyTorch; passes on TensorFlow, JAX"); the
+    #: badge's words for an op checked on one framework.
+    headline: str
+    figures: str  # the key figures after the verdict: "full mode · 3 elements in float64 · worst error ... · 24 ms"
+    surrogate: str | None  # what the report says of a surrogate gradient, declared or recognised
+    places: tuple[str, ...]  # where each of `problems` is ("x[2]; Cell In[3], line 4"), "" where it names no place
+    numerics: str  # how the finite differences ran and what they found, in a sentence
+    kinks: str | None  # where the forward is not differentiable, left out of the comparison
+    worst_title: str  # "Worst elements" (full mode) or "Located elements (...)" (projection mode)
+    worst: tuple[WorstRow, ...]  # the elements the table lists: those beyond the tolerance, else the first few
+    #: The shapes table, a row per tensor: role, name, dtype and shape, the expected ones, and whether they match.
+    shapes: tuple[tuple[str, str, str, str, str], ...]
+    #: The portability table, a row per backend: backend, verdict, problems (or why not checked), versions, time.
+    backends: tuple[tuple[str, str, str, str, str], ...]
+    sweep: str | None  # the sweep's caption; None without a sweep
+    no_sweep: str | None  # why there is no sweep; None with one
+    no_sweep_live: str | None  # why there is no sweep, as the live view says it (where its Sweep button is)
+    graph: str | None  # the gradient graph's summary; None without a graph
+    no_graph: str | None  # why there is no gradient graph; None with one
+    timings: str | None  # what ran the op, the execution mode, and the time of each phase of the check
+
+
+@dataclass(frozen=True)
 class Report(_Shown):
-    """The result of `gradmagic.check`: problems, the shapes table, numerics and timings."""
+    """The result of `gradmagic.check()`: problems, the shapes table, the finite-difference comparison and
+    timings."""
 
     op: OpDescription
     problems: tuple[Problem, ...] = ()
     tensors: tuple[TensorRow, ...] = ()
     numerics: Numerics = field(default_factory=lambda: Numerics(mode="skipped"))
-    timings: dict[str, float] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
-    graph: Graph | None = None
-    sweep: Sweep | None = None
-    backends: tuple[BackendResult, ...] = ()
-    surrogate: Surrogate | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # seconds spent per phase: structure, numerics, total
+    options: dict[str, Any] = field(default_factory=dict)  # the options the check ran with (rtol, atol, eps, ...)
+    graph: Graph | None = added_in("1.1")  # the op's forward and backward as traced; None when not traced
+    sweep: Sweep | None = added_in("1.2")  # the op along one input element (a scalar input or an element-wise op)
+    #: The portability check: the same op and inputs checked on each Keras backend asked for, each in its own
+    #: process; empty when not asked.
+    backends: tuple[BackendResult, ...] = added_in("1.3", ())
+    #: A custom gradient that is deliberately not the derivative: declared (surrogate=True), or recognised from an
+    #: fd-mismatch; None otherwise.
+    surrogate: Surrogate | None = added_in("1.4")
+
+    #: `$schema` and `version` head its data.
+    ID: ClassVar[str] = SCHEMA_ID
+    VERSION: ClassVar[str] = SCHEMA_VERSION
+    #: Properties its data holds after `$schema` and `version`: derived from the fields, for readers that need not
+    #: derive them again.
+    DERIVED: ClassVar[tuple[str, ...]] = ("ok", "verdict")
+    #: The words every view shows, and the schema version that added them: the renderers write them beside the
+    #: fields, as `words` (`gradmagic.render.words.report_data`); `to_dict()` does not, and `from_dict()` leaves them.
+    WORDS: ClassVar[tuple[type, str]] = (ReportWords, "1.8")
 
     @property
     def ok(self) -> bool:
@@ -393,7 +510,7 @@ class Report(_Shown):
         return not any(problem.severity == "error" for problem in self.problems)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """ "fail" with an error; "unchecked" when no gradient value could be compared (`numerics.skipped_because`
         says why: no floating input, complex inputs, finite differences NaN everywhere); "surrogate" when a declared
         surrogate gradient differs from the true derivative (`surrogate-differs`, `surrogate-nonlinear`); "warn"
@@ -412,8 +529,7 @@ class Report(_Shown):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable data, valid against the package's JSON Schema."""
-        data = _plain(dataclasses.asdict(self))
-        return {"$schema": SCHEMA_ID, "version": SCHEMA_VERSION, "ok": self.ok, "verdict": self.verdict, **data}
+        return json_data(self)
 
     def __str__(self) -> str:
         """One line: the op, its verdict and its problem codes. The whole report as text is
@@ -429,53 +545,16 @@ class Report(_Shown):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
-        """Read a Report back from `to_dict()` data of the same major version."""
-        major = str(data.get("version", "")).split(".")[0]
-        if major != SCHEMA_VERSION.split(".")[0]:
-            raise ValueError(f"report version {data.get('version')!r} is not readable by schema {SCHEMA_VERSION}")
-        numerics = dict(data["numerics"])
-        for key in ("max_error", "noise_floor"):
-            numerics[key] = _number(numerics[key])
-        numerics["worst"] = tuple(
-            ElementComparison(
-                **{
-                    **_tuples(e, "index", "output_index"),
-                    **{key: _number(e[key]) for key in ("custom", "numerical", "autodiff", "error")},
-                }
-            )
-            for e in numerics["worst"]
-        )
-        numerics["jacobians"] = tuple(
-            JacobianBlock(
-                **{
-                    **block,
-                    "shape": tuple(block["shape"]),
-                    **{key: [_number(v) for v in block[key]] for key in ("custom", "numerical", "autodiff")},
-                    "error": None if block.get("error") is None else [_number(v) for v in block["error"]],
-                }
-            )
-            for block in numerics["jacobians"]
-        )
-        return cls(
-            op=OpDescription(**data["op"]),
-            problems=_problems(data["problems"]),
-            tensors=tuple(TensorRow(**_tuples(t, "shape", "expected_shape")) for t in data["tensors"]),
-            numerics=Numerics(**numerics),
-            timings=dict(data["timings"]),
-            options=dict(data["options"]),
-            graph=_graph(data.get("graph")),
-            sweep=_sweep(data.get("sweep")),
-            backends=tuple(
-                BackendResult(**{**b, "problems": _problems(b["problems"])}) for b in data.get("backends", ())
-            ),
-            surrogate=Surrogate(**data["surrogate"]) if data.get("surrogate") else None,
-        )
+        """Read a Report back from `to_dict()` data of the same major version (fields a newer minor version added are
+        left out, and those an older one lacked take their defaults)."""
+        return _read_root(cls, data)
 
 
 #: The report of a watch (`gradmagic.watch()`): a report of reports, one per custom-gradient op the watched code
 #: reached.
 WATCH_SCHEMA_ID = "urn:gradmagic:schema:watch-report"
-WATCH_SCHEMA_VERSION = "1.0"
+#: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `words`.
+WATCH_SCHEMA_VERSION = "1.1"
 WATCH_MIME_TYPE = "application/vnd.gradmagic.watch-report+json"
 _VERDICT_ORDER = ("fail", "warn", "surrogate", "pass", "unchecked")
 
@@ -486,10 +565,10 @@ class ValueSummary(_Shown):
 
     name: str  # "x", "args[1]", "output", "output[0]"
     dtype: str
-    shapes: tuple[tuple[int | None, ...], ...]  # the distinct shapes, in the order first seen (at most 8)
-    minimum: float | None = None  # over the finite elements of every recorded call; None: no finite number
-    maximum: float | None = None
-    nonfinite_calls: int = 0  # calls in which it had a NaN or infinite element
+    shapes: tuple[Shape, ...]  # the distinct shapes, in the order first seen (at most 8)
+    minimum: AnyFloat | None = None  # over the finite elements of every recorded call; None: no finite number
+    maximum: AnyFloat | None = None
+    nonfinite_calls: Count = 0  # calls in which it had a NaN or infinite element
 
 
 @dataclass(frozen=True)
@@ -498,10 +577,10 @@ class NonFinite(_Shown):
 
     op: str
     call: int | None  # the op's call (1: its first) whose gradient or output it was; None: not recorded
-    kind: str  # "gradient" | "output"
+    kind: Literal["gradient", "output"]
     tensor: str  # the input the gradient is for ("x"), or the output ("output")
-    index: tuple[int, ...]  # its first non-finite element
-    elements: int  # how many were non-finite
+    index: Index  # its first non-finite element
+    elements: Count  # how many were non-finite
     values: str  # "NaN", "Inf", "NaN and Inf"
     from_finite: bool  # the upstream gradient (for a gradient) or the op's inputs (for an output) were finite
 
@@ -523,8 +602,8 @@ class CheckedCall(_Shown):
 
     call: int
     reasons: tuple[str, ...]  # why it was kept: "first call", "largest values", "first non-finite gradient", ...
-    shapes: tuple[tuple[int, ...], ...]  # of its recorded inputs
-    verdict: str
+    shapes: tuple[Shape, ...]  # the shapes of its recorded inputs
+    verdict: Verdict
     codes: tuple[str, ...]
 
 
@@ -539,25 +618,29 @@ class WatchedOp(_Shown):
 
     report: Report
     where: str | None  # "Cell In[3], line 2" or "/path/model.py, line 14": where the op is defined
-    calls: int
-    compiled_calls: int = 0  # of `calls`, those inside compiled code (tf.function, model.fit, a TF1 graph)
-    gradient_calls: int = 0
+    calls: Count
+    compiled_calls: Count = 0  # of `calls`, those inside compiled code (tf.function, model.fit, a TF1 graph)
+    gradient_calls: Count = 0
     inputs: tuple[ValueSummary, ...] = ()
     outputs: tuple[ValueSummary, ...] = ()
-    nonfinite_gradient_calls: int = 0
-    nonfinite_output_calls: int = 0
+    nonfinite_gradient_calls: Count = 0
+    nonfinite_output_calls: Count = 0
     first_nonfinite_gradient: NonFinite | None = None
     first_nonfinite_output: NonFinite | None = None
     checked: tuple[CheckedCall, ...] = ()
-    checked_call: int | None = None
+    checked_call: int | None = None  # the kept call whose check `report` is
     findings: tuple[Problem, ...] = ()
+
+    #: Properties its data holds beside the fields.
+    DERIVED: ClassVar[tuple[str, ...]] = ("name", "verdict")
 
     @property
     def name(self) -> str:
+        """The op's name."""
         return self.report.op.name
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """The report's verdict, made "fail" by an error in `findings` (and "warn" by a warning, over "pass")."""
         severities = {finding.severity for finding in self.findings}
         if "error" in severities:
@@ -588,9 +671,12 @@ class WatchProblem(_Shown):
     itself showed it)."""
 
     op: str
+    #: A Report's problem code, or one of the watch's own: watched-nonfinite-gradient, watched-nonfinite-output,
+    #: watch-unrecorded.
     code: str
-    severity: str
+    severity: Severity
     message: str
+    #: The op's call whose recorded inputs its check ran at; None for what the watched code itself showed.
     call: int | None = None
     location: Location | None = None
 
@@ -604,6 +690,26 @@ class WatchProblem(_Shown):
 
 
 @dataclass(frozen=True)
+class WatchWords:
+    """What every view of a watch's report says, worded once, in Python (`gradmagic.render.words.watch_words`)."""
+
+    verdict: str  # the badge: "passes", "fails", ...
+    summary: str  # "watch of 3 custom-gradient ops fails (2 errors, 0 warnings)"
+    #: The framework; the time the watched code took, the watch's own part in it and the checks'; the memory the kept
+    #: inputs took, of the limit.
+    timings: str
+    #: Where the first gradient and the first output went non-finite, that none did, or that no op was called.
+    lines: tuple[str, ...]
+    raised: str | None  # what the watched code raised, in a sentence
+    #: The table, a row per op of `watched`: name, where, calls, verdict, its first problem (code and first sentence).
+    rows: tuple[tuple[str, str, str, str, str], ...]
+    #: A list per op of `watched`: what its calls received and did, and the calls it was checked at, a line each.
+    calls: tuple[tuple[str, ...], ...]
+    #: A list per op of `watched`: where each of its `findings` is ("model.py, line 14"), "" where it names no place.
+    places: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
 class WatchReport(_Shown):
     """What `gradmagic.watch()` found: every custom-gradient op the watched code reached, each with an ordinary
     Report (`ops`), and where the first gradient went non-finite.
@@ -613,17 +719,30 @@ class WatchReport(_Shown):
     `calls_not_kept` calls that would have been kept were not, for that limit.
     """
 
+    #: The ops, in the order their first calls returned (a nested op before the op calling it).
     watched: tuple[WatchedOp, ...]
     framework: str
     framework_version: str
+    #: The first gradient in the watched code that went non-finite from a finite upstream gradient; else the first
+    #: that went non-finite at all.
     first_nonfinite_gradient: NonFinite | None = None
+    #: The first output that was non-finite from finite inputs; else the first non-finite at all.
     first_nonfinite_output: NonFinite | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    memory_limit: int = 0
-    kept_bytes: int = 0
-    calls_not_kept: int = 0
-    notes: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: watched, recording, checks
+    memory_limit: Count = 0  # bytes the kept calls' inputs may take
+    kept_bytes: Count = 0
+    calls_not_kept: Count = 0  # calls that would have been kept but for the memory limit
+    notes: tuple[str, ...] = ()  # what the watch changed while it ran (each put back), and what it could not record
     error: str | None = None  # what the watched code raised ("ValueError: ..."), if it did
+
+    #: `$schema` and `version` head its data.
+    ID: ClassVar[str] = WATCH_SCHEMA_ID
+    VERSION: ClassVar[str] = WATCH_SCHEMA_VERSION
+    #: Properties its data holds after `$schema` and `version`, derived from the fields.
+    DERIVED: ClassVar[tuple[str, ...]] = ("ok", "verdict", "problems")
+    #: The words every view shows, and the schema version that added them (written by the renderers:
+    #: `gradmagic.render.words.watch_data`).
+    WORDS: ClassVar[tuple[type, str]] = (WatchWords, "1.1")
 
     @property
     def ops(self) -> tuple[Report, ...]:
@@ -633,7 +752,7 @@ class WatchReport(_Shown):
 
     @property
     def problems(self) -> tuple[WatchProblem, ...]:
-        """Every op's errors and warnings, each naming its op."""
+        """Every op's findings, then its check's errors and warnings, each naming its op."""
         return tuple(problem for op in self.watched for problem in op.problems)
 
     @property
@@ -642,7 +761,7 @@ class WatchReport(_Shown):
         return not any(problem.severity == "error" for problem in self.problems)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """The worst of the ops' verdicts ("fail", "warn", "surrogate", "pass"); "unchecked" when no op was checked."""
         verdicts = [op.verdict for op in self.watched]
         return min(verdicts, key=_VERDICT_ORDER.index) if verdicts else "unchecked"
@@ -656,18 +775,7 @@ class WatchReport(_Shown):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable data, valid against `watch_schema()`; each op's report as `Report.to_dict()` gives it."""
-        data = _plain(dataclasses.asdict(self))
-        for entry, op in zip(data["watched"], self.watched):
-            entry.update(name=op.name, verdict=op.verdict, report=op.report.to_dict())
-        problems = [_plain(dataclasses.asdict(problem)) for problem in self.problems]
-        return {
-            "$schema": WATCH_SCHEMA_ID,
-            "version": WATCH_SCHEMA_VERSION,
-            "ok": self.ok,
-            "verdict": self.verdict,
-            "problems": problems,
-            **data,
-        }
+        return json_data(self)
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), **kwargs)
@@ -675,24 +783,7 @@ class WatchReport(_Shown):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WatchReport:
         """Read a WatchReport back from `to_dict()` data of the same major version."""
-        major = str(data.get("version", "")).split(".")[0]
-        if major != WATCH_SCHEMA_VERSION.split(".")[0]:
-            raise ValueError(
-                f"watch report version {data.get('version')!r} is not readable by schema {WATCH_SCHEMA_VERSION}"
-            )
-        return cls(
-            watched=tuple(_watched_op(entry) for entry in data["watched"]),
-            framework=data["framework"],
-            framework_version=data["framework_version"],
-            first_nonfinite_gradient=_non_finite(data.get("first_nonfinite_gradient")),
-            first_nonfinite_output=_non_finite(data.get("first_nonfinite_output")),
-            timings=dict(data["timings"]),
-            memory_limit=data["memory_limit"],
-            kept_bytes=data["kept_bytes"],
-            calls_not_kept=data["calls_not_kept"],
-            notes=tuple(data["notes"]),
-            error=data.get("error"),
-        )
+        return _read_root(cls, data)
 
     def __str__(self) -> str:
         """One line: the verdict and each failing op's problem codes."""
@@ -710,101 +801,6 @@ class WatchReport(_Shown):
         return f"<WatchReport {self}>"
 
 
-def _watched_op(data: dict[str, Any]) -> WatchedOp:
-    summaries = {
-        key: tuple(
-            ValueSummary(
-                **{
-                    **summary,
-                    "shapes": tuple(tuple(shape) for shape in summary["shapes"]),
-                    "minimum": _number(summary["minimum"]),
-                    "maximum": _number(summary["maximum"]),
-                }
-            )
-            for summary in data[key]
-        )
-        for key in ("inputs", "outputs")
-    }
-    return WatchedOp(
-        report=Report.from_dict(data["report"]),
-        where=data["where"],
-        calls=data["calls"],
-        compiled_calls=data["compiled_calls"],
-        gradient_calls=data["gradient_calls"],
-        **summaries,
-        nonfinite_gradient_calls=data["nonfinite_gradient_calls"],
-        nonfinite_output_calls=data["nonfinite_output_calls"],
-        first_nonfinite_gradient=_non_finite(data.get("first_nonfinite_gradient")),
-        first_nonfinite_output=_non_finite(data.get("first_nonfinite_output")),
-        checked=tuple(
-            CheckedCall(
-                **{
-                    **checked,
-                    "reasons": tuple(checked["reasons"]),
-                    "shapes": tuple(tuple(shape) for shape in checked["shapes"]),
-                    "codes": tuple(checked["codes"]),
-                }
-            )
-            for checked in data["checked"]
-        ),
-        checked_call=data["checked_call"],
-        findings=_problems(data["findings"]),
-    )
-
-
-def _non_finite(data: dict[str, Any] | None) -> NonFinite | None:
-    return NonFinite(**_tuples(data, "index")) if data else None
-
-
-def _problems(data: list[dict[str, Any]]) -> tuple[Problem, ...]:
-    return tuple(
-        Problem(
-            **{
-                **p,
-                "location": Location(**_tuples(p["location"], "index", "output_index")) if p.get("location") else None,
-            }
-        )
-        for p in data
-    )
-
-
-def _graph(data: dict[str, Any] | None) -> Graph | None:
-    if data is None:
-        return None
-    return Graph(
-        nodes=tuple(
-            GraphNode(**{**n, "shapes": tuple(tuple(s) for s in n["shapes"]), "dtypes": tuple(n["dtypes"])})
-            for n in data["nodes"]
-        ),
-        edges=tuple(GraphEdge(**_tuples(e, "shape")) for e in data["edges"]),
-        **{key: data[key] for key in ("saved_tensors", "saved_bytes", "raw", "traced_ops")},
-        layout=_graph_layout(data.get("layout")),
-    )
-
-
-def _graph_layout(data: dict[str, Any] | None) -> GraphLayout | None:
-    if data is None:
-        return None
-    return GraphLayout(
-        positions={node_id: tuple(point) for node_id, point in data["positions"].items()},
-        scopes=tuple(GraphScope(**_tuples(scope, "members")) for scope in data["scopes"]),
-        routes=tuple(
-            GraphRoute(route["source"], route["target"], tuple(tuple(point) for point in route["points"]))
-            for route in data.get("routes", ())
-        ),
-    )
-
-
-def _sweep(data: dict[str, Any] | None) -> Sweep | None:
-    if data is None:
-        return None
-    series = {
-        key: None if data[key] is None else tuple(_number(v) for v in data[key])
-        for key in ("points", "values", "custom", "autodiff", "numerical", "kinks")
-    }
-    return Sweep(**{**_tuples(data, "index", "output_index"), **series, "example": _number(data["example"])})
-
-
 def schema() -> dict[str, Any]:
     """The JSON Schema of `Report.to_dict()`."""
     return json.loads(resources.files("gradmagic").joinpath("schema/report.schema.json").read_text())
@@ -820,23 +816,68 @@ def watch_schema() -> dict[str, Any]:
 _NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
-def _plain(value: Any) -> Any:
-    """Tuples to lists and non-finite floats to "NaN"/"Infinity"/"-Infinity", so the data is strict JSON."""
+def json_data(value: Any) -> Any:
+    """`value` as strict JSON data: a dataclass as an object of its fields (headed by its schema's `$schema` and
+    `version` and its `DERIVED` properties, where it has them), tuples as lists, non-finite floats as the strings
+    "NaN", "Infinity" and "-Infinity"."""
+    if dataclasses.is_dataclass(value):
+        cls = type(value)
+        data: dict[str, Any] = {"$schema": cls.ID, "version": cls.VERSION} if hasattr(cls, "ID") else {}
+        for name in getattr(cls, "DERIVED", ()):
+            data[name] = json_data(getattr(value, name))
+        for item in dataclasses.fields(value):
+            data[item.name] = json_data(getattr(value, item.name))
+        return data
     if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: json_data(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, float) and value != value:
-        return "NaN"
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
+        return [json_data(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
     return value
 
 
-def _number(value: Any) -> Any:
-    """The inverse of `_plain` for one numeric field."""
-    return _NON_FINITE.get(value, value) if isinstance(value, str) else value
+def _read_root(cls: type, data: dict[str, Any]) -> Any:
+    """`cls` (Report or WatchReport) read from its data, refusing data of another major version."""
+    major = str(data.get("version", "")).split(".")[0]
+    if major != cls.VERSION.split(".")[0]:
+        what = "report" if cls is Report else "watch report"
+        raise ValueError(f"{what} version {data.get('version')!r} is not readable by schema {cls.VERSION}")
+    return _read(cls, data)
 
 
-def _tuples(data: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {key: tuple(value) if key in keys and value is not None else value for key, value in data.items()}
+def _read(hint: Any, value: Any) -> Any:
+    """JSON data `value` as the type `hint` says: a dataclass from an object (keys it does not know left out, fields
+    the data lacks at their defaults), tuples from arrays, a float from the string of a non-finite number."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Annotated:
+        return _read(args[0], value)
+    if origin in (typing.Union, types.UnionType):
+        options = [option for option in args if option is not type(None)]
+        return _read(options[0], value) if len(options) == 1 else value
+    if dataclasses.is_dataclass(hint):
+        hints = type_hints(hint)
+        known = (item.name for item in dataclasses.fields(hint) if item.name in value)
+        return hint(**{name: _read(hints[name], value[name]) for name in known})
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_read(args[0], item) for item in value)
+        return tuple(_read(item_hint, item) for item_hint, item in zip(args, value))
+    if origin is list:
+        return [_read(args[0], item) for item in value]
+    if origin is dict:
+        return {key: _read(args[1], item) for key, item in value.items()}
+    if hint is float and isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    return value
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """The type hints of a dataclass's fields (and its properties' return types, by name), `Annotated` kept."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for name in getattr(cls, "DERIVED", ()):
+        hints[name] = typing.get_type_hints(getattr(cls, name).fget, include_extras=True)["return"]
+    return hints

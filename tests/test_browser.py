@@ -378,8 +378,9 @@ def test_hostile_text_in_a_report_is_shown_literally_and_never_runs(browser, lab
             f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
             "import report_fixtures, gradmagic, tensorflow as tf\n"
             "from IPython.display import display\n"
+            "from gradmagic.render.words import report_data\n"
             "report = gradmagic.check(report_fixtures.hostile_op(), tf.constant(1.0))\n"
-            f"display({{{MIME_TYPE!r}: report.to_dict(), 'text/plain': 'hostile'}}, raw=True)\n"
+            f"display({{{MIME_TYPE!r}: report_data(report), 'text/plain': 'hostile'}}, raw=True)\n"
             "report"
         ],
     )

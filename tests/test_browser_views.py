@@ -421,6 +421,51 @@ def test_a_saved_watch_report_reopened_without_a_kernel_shows_the_same_view(brow
             page.close()
 
 
+def test_reports_saved_by_an_older_gradmagic_open_without_a_kernel_in_the_same_view(browser, folders):
+    """Outputs saved before schema 1.8 carry no words: the view shows what their data holds (the verdict, problems,
+    shapes, the sweep and the graph drawn) and says, where the key figures go, to re-run the cell for the rest."""
+    root, state = folders
+    saved = Path(__file__).resolve().parent / "saved_reports"
+    outputs = [
+        {
+            "output_type": "display_data",
+            "metadata": {},
+            "data": {MIME_TYPE: json.loads((saved / f"{name}-1.7.json").read_text()), "text/plain": [name]},
+        }
+        for name in ("straight_through", "unreduced_bias")
+    ]
+    watch = json.loads((saved / "watch-1.0.json").read_text())
+    outputs.append(
+        {"output_type": "display_data", "metadata": {}, "data": {WATCH_MIME_TYPE: watch, "text/plain": ["watch"]}}
+    )
+    write_notebook(root / "older.ipynb", ["# saved by gradmagic before schema 1.8"])
+    notebook = json.loads((root / "older.ipynb").read_text())
+    notebook["cells"][0]["outputs"] = outputs
+    (root / "older.ipynb").write_text(json.dumps(notebook))
+    with JupyterLab(root, state / "server-for-older-reports", kernels=False) as bare:
+        page = browser.new_page(viewport={"width": WIDE, "height": 1400})
+        try:
+            open_notebook(page, bare, "older.ipynb", kernel=False)
+            page.locator(".jp-Dialog").get_by_role("button", name="No Kernel").click()
+            reports = output_of(page, 0).locator(".jp-gradmagic-report:not(.jp-gradmagic-watch)")
+            reports.nth(1).wait_for(timeout=30_000)
+            surrogate, failing = reports.nth(0), reports.nth(1)
+            assert surrogate.locator(".jp-gradmagic-badge").inner_text() == "SURROGATE"  # the verdict, in capitals
+            assert "older gradmagic" in surrogate.locator(".jp-gradmagic-figures").inner_text()
+            assert failing.locator(".jp-gradmagic-badge").inner_text() == "FAIL"
+            assert failing.locator(".jp-gradmagic-problem[data-code='grad-shape']").count() == 1
+            open_section(surrogate, "details")
+            open_section(surrogate, "sweep-section")
+            assert surrogate.locator(".jp-gradmagic-sweep-svg").is_visible()
+            open_section(surrogate, "graph-section").locator(".jp-gradmagic-graph").wait_for(timeout=30_000)
+            shot(surrogate, "lab-older-report-1400")
+            watch = output_of(page, 0).locator(".jp-gradmagic-watch")
+            assert watch.locator("tr.jp-gradmagic-watch-row").count() == 3
+            shot(watch, "lab-older-watch-1400")
+        finally:
+            page.close()
+
+
 def test_exported_heatmaps_wrap_at_760px_with_their_labels_at_their_own_size(browser, tmp_path, saved):
     (tmp_path / "views.ipynb").write_text(saved.read_text())
     nbconvert("--to", "html", "views.ipynb", cwd=tmp_path)

@@ -14,22 +14,10 @@ import numpy as np
 import pytest
 import report_fixtures
 
-from gradmagic.render import (
-    comparison_cells,
-    digits_to_tell,
-    format_number,
-    headline,
-    key_figures,
-    no_graph_reason,
-    no_sweep_reason,
-    numerics_summary,
-    shown_elements,
-    surrogate_line,
-    sweep_summary,
-)
+from gradmagic.render import format_number
 from gradmagic.render.figures import heatmap_blocks, jumps
-from gradmagic.render.graph import graph_summary, graph_svg
-from gradmagic.render.text import nonfinite_lines, watch_row, watch_summary, watch_time, watched_op_lines
+from gradmagic.render.graph import graph_svg
+from gradmagic.render.words import report_data, watch_data
 from gradmagic.report import schema, watch_schema
 
 
@@ -72,74 +60,47 @@ def as_array(values) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def fixture_folder(tmp_path_factory) -> Path:
-    """Each report as `<name>.json`, and `python-renderers.txt`: what the Python renderers show of each that the
-    lab view must show alike (the headline, key figures, the sentences that say why a section is empty, the
-    elements listed, the heatmaps drawn, the surrogate line, the sweep points whose finite differences the sweep
-    figure marks at a jump, off scale, and the nodes and edges the graph drawing draws, name scopes folded)."""
+    """Each report as `<name>.json`, as the kernel sends it to the views (its data and its words), and
+    `python-figures.txt`: what the Python figures draw of each that the lab view's figures must draw alike (the
+    heatmaps drawn, the sweep points whose finite differences the sweep figure marks at a jump, off scale, and the
+    nodes and edges the graph drawing draws, name scopes folded, and where it puts the saved tensors' sizes)."""
     folder = tmp_path_factory.mktemp("report-fixtures")
-    shown = {}
+    drawn = {}
     for name, report in report_fixtures.reports().items():
-        data = report.to_dict()
+        data = report_data(report)
         jsonschema.validate(data, schema())
         (folder / f"{name}.json").write_text(json.dumps(data, allow_nan=False, indent=1))
-        shown[name] = {
-            "surrogate_line": surrogate_line(report),
-            "headline": headline(report),
-            "key_figures": key_figures(report),
-            "numerics_summary": numerics_summary(report),
-            "no_sweep_reason": None if report.sweep else [no_sweep_reason(report), no_sweep_reason(report, live=True)],
-            "no_graph_reason": None if report.graph else no_graph_reason(report),
-            "sweep_summary": sweep_summary(report.sweep) if report.sweep else None,
-            "graph_summary": graph_summary(report.graph) if report.graph else None,
-            "shown_elements": [[e.input, list(e.index)] for e in shown_elements(report.numerics)],
-            "worst_rows": [comparison_cells(e) for e in shown_elements(report.numerics)],
+        drawn[name] = {
             "heatmaps": [[b.input, b.output] for b in heatmap_blocks(report.numerics)],
             "jumps": None,
             "drawn": None,
         }
         if report.graph is not None:
-            shown[name]["labels"] = [
+            drawn[name]["labels"] = [
                 [float(x), float(y), size]
                 for x, y, size in re.findall(
                     r'<text x="([-\d.]+)" y="([-\d.]+)" font-size="10" fill="#d62728"[^>]*>([^<]+)</text>',
                     graph_svg(report.graph),
                 )
             ]
-            drawn = report.graph.folded()
-            shown[name]["drawn"] = {
-                "nodes": [[node.id, node.label, node.count] for node in drawn.nodes],
-                "edges": [[edge.source, edge.target, edge.saved] for edge in drawn.edges],
+            folded = report.graph.folded()
+            drawn[name]["drawn"] = {
+                "nodes": [[node.id, node.label, node.count] for node in folded.nodes],
+                "edges": [[edge.source, edge.target, edge.saved] for edge in folded.edges],
             }
         if report.sweep is not None:
             sweep = report.sweep
             off_scale = jumps(np.array(sweep.points, float), as_array(sweep.values), as_array(sweep.numerical))
-            shown[name]["jumps"] = np.flatnonzero(off_scale).tolist()
-    (folder / "python-renderers.txt").write_text(json.dumps(shown))
-    # A watch (a correct op, a wrong one, one whose gradient goes NaN at a zero row) and what Python says of it.
-    watch = watch_fixture()
-    jsonschema.validate(watch.to_dict(), watch_schema())
-    (folder / "watch-report.txt").write_text(json.dumps(watch.to_dict(), allow_nan=False))
-    (folder / "python-watch.txt").write_text(
-        json.dumps(
-            {
-                "summary": watch_summary(watch),
-                "time": watch_time(watch),
-                "nonfinite_lines": nonfinite_lines(watch),
-                "rows": [list(watch_row(op)) for op in watch.watched],
-                "op_lines": [watched_op_lines(op) for op in watch.watched],
-            }
-        )
-    )
-    # Numbers as Python writes them at 4 to 10 significant digits, and the digits that tell pairs apart.
+            drawn[name]["jumps"] = np.flatnonzero(off_scale).tolist()
+    (folder / "python-figures.txt").write_text(json.dumps(drawn))
+    # A watch (a correct op, a wrong one, one whose gradient goes NaN at a zero row), as the kernel sends it.
+    watch = watch_data(watch_fixture())
+    jsonschema.validate(watch, watch_schema())
+    (folder / "watch-report.txt").write_text(json.dumps(watch, allow_nan=False))
+    # Numbers as Python's figures write them at 4 to 10 significant digits.
     numbers = [0.249969, 0.25, 1 / 3, -2 / 3, 12345.678, 99999.5, 2.5e-7, -0.0012345, 123456.789, 0.00099996, 0.0]
     (folder / "python-numbers.txt").write_text(
-        json.dumps(
-            {
-                "numbers": numbers,
-                "formatted": [[format_number(n, d) for d in range(4, 11)] for n in numbers],
-                "digits": [[digits_to_tell(a, b) for b in numbers] for a in numbers],
-            }
-        )
+        json.dumps({"numbers": numbers, "formatted": [[format_number(n, d) for d in range(4, 11)] for n in numbers]})
     )
     return folder
 

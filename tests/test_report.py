@@ -14,6 +14,7 @@ import gradmagic
 from gradmagic.notebook.display import report_bundle
 from gradmagic.render.html import render_html
 from gradmagic.render.text import render_text
+from gradmagic.render.words import report_data
 from gradmagic.report import MIME_TYPE, SCHEMA_VERSION, Report, schema
 
 
@@ -75,7 +76,7 @@ def test_user_text_is_escaped_in_html():
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
     bundle, metadata = report_bundle(report)  # no kernel here: no widget
     assert set(bundle) == {MIME_TYPE, "text/plain", "text/html"} and bundle["text/html"] == html and not metadata
-    assert MIME_TYPE == "application/vnd.gradmagic.report+json" and bundle[MIME_TYPE] == report.to_dict()
+    assert MIME_TYPE == "application/vnd.gradmagic.report+json" and bundle[MIME_TYPE] == report_data(report)
 
 
 def test_the_verdict_names_each_backend_and_never_passes_over_one_not_checked():
@@ -140,3 +141,33 @@ def test_a_wrong_element_never_reads_like_the_right_one_in_the_worst_elements_ta
         assert custom != numerical, rows
     html = render_html(report)
     assert all(f">{custom}<" in html and f">{numerical}<" in html for custom, numerical, _, _ in rows)
+
+
+def test_the_static_html_shows_every_word_the_lab_view_reads(reports):
+    """The words are made once (`report_words`): the static HTML is written with the very words the data carries to
+    the JupyterLab view and the live widget."""
+    from html import unescape
+
+    from gradmagic.render.words import report_words
+
+    for name, report in reports.items():
+        words = report_words(report)
+        shown = unescape(render_html(report))
+        expected = [words.verdict.upper(), words.figures, words.numerics, *filter(None, words.places)]
+        expected += [word for word in (words.surrogate, words.kinks, words.timings) if word]
+        expected += [words.sweep or words.no_sweep, words.graph or words.no_graph]
+        expected += [cell for row in words.worst for cell in row.cells] + [words.worst_title] * bool(words.worst)
+        expected += [cell for row in words.shapes + words.backends for cell in row if cell]
+        expected += [words.headline] if report.backends else []
+        missing = [word for word in expected if word not in shown]
+        assert not missing, (name, missing)
+        assert report_data(report)["words"]["figures"] == words.figures
+
+
+def test_a_declared_surrogate_that_matches_the_derivative_names_no_pattern(reports):
+    from gradmagic.render.words import report_words
+    from gradmagic.report import Surrogate
+
+    report = dataclasses.replace(reports["log1pexp"], surrogate=Surrogate(declared=True))
+    line = "Declared surrogate gradient: its difference from the true derivative informs, it does not fail."
+    assert report_words(report).surrogate == line and line in render_html(report)

@@ -17,6 +17,7 @@ from conftest import codes, problem
 import gradmagic
 from gradmagic.render.html import render_html
 from gradmagic.render.text import render_text
+from gradmagic.render.words import report_data
 
 RNG = np.random.default_rng(11)
 POINTS = tf.constant([-1.7, -0.3, 0.2, 0.6, 1.4])
@@ -283,7 +284,7 @@ def test_the_widget_carries_the_surrogate_verdict_for_its_view():
     widget = gradmagic.widget(report)
     try:
         assert widget.report["verdict"] == "surrogate" and widget.report["surrogate"]["declared"]
-        assert widget.report == report.to_dict()
+        assert widget.report == report_data(report)
     finally:
         widget.close()
 

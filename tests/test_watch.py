@@ -21,6 +21,7 @@ from gradmagic.errors import GradmagicError, OptionError
 from gradmagic.notebook.display import report_bundle, watch_bundle
 from gradmagic.render.html import render_watch_html
 from gradmagic.render.text import render_watch_text
+from gradmagic.render.words import watch_data
 from gradmagic.report import WATCH_MIME_TYPE, WatchReport, watch_schema
 
 
@@ -388,7 +389,7 @@ def test_the_report_round_trips_validates_and_renders_safely(fitted):
     assert "&lt;script&gt;" in render_watch_html(hostile) and "<script>" not in render_watch_html(hostile)
 
     bundle, metadata = watch_bundle(report)  # no kernel here: no widget
-    assert set(bundle) == {WATCH_MIME_TYPE, "text/plain", "text/html"} and bundle[WATCH_MIME_TYPE] == data
+    assert set(bundle) == {WATCH_MIME_TYPE, "text/plain", "text/html"} and bundle[WATCH_MIME_TYPE] == watch_data(report)
     assert not metadata
     assert "text/html" in report_bundle(report.ops[1])[0]  # each op's report shows as every Report does
 

@@ -16,6 +16,7 @@ from conftest import ISOLATED_ENV, ROOT, run, send_to_widget
 
 import gradmagic
 from gradmagic.render.html import render_html
+from gradmagic.render.words import report_data
 from gradmagic.report import MIME_TYPE
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -166,7 +167,7 @@ def test_a_report_without_a_context_has_its_controls_off_and_says_why():
     try:
         assert not widget.controls["available"] and "run its cell again" in widget.controls["reason"]
         widget._on_message(widget, {"action": "recheck", "inputs": ""}, [])  # nothing to check: nothing happens
-        assert widget.report == report.to_dict() and not widget.status["running"]
+        assert widget.report == report_data(report) and not widget.status["running"]
     finally:
         widget.close()
 

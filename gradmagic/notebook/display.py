@@ -27,6 +27,7 @@ from gradmagic.notebook.kernel import cell_of, kernel, request, shell
 from gradmagic.render.graph import graph_summary, graph_svg
 from gradmagic.render.html import render_html, render_watch_html
 from gradmagic.render.text import render_text, render_watch_text
+from gradmagic.render.words import report_data, watch_data
 from gradmagic.report import MIME_TYPE, NAME_LIMIT, WATCH_MIME_TYPE, Graph, Report, WatchReport, display_text
 
 _VIEW = "application/vnd.jupyter.widget-view+json"
@@ -50,7 +51,7 @@ def report_bundle(report: Report) -> tuple[dict[str, Any], dict[str, Any]]:
     alone, and why, when one of them fails)."""
 
     def views(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        data: dict[str, Any] = {MIME_TYPE: _view("data", report.to_dict), "text/plain": text}
+        data: dict[str, Any] = {MIME_TYPE: _view("data", report_data, report), "text/plain": text}
         data["text/html"] = _view("HTML view", render_html, report)
         return data, _with_live_widget(data, MIME_TYPE, lambda: widget(report))
 
@@ -143,7 +144,7 @@ def watch_bundle(report: WatchReport) -> tuple[dict[str, Any], dict[str, Any]]:
 
     def views(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
         data: dict[str, Any] = {
-            WATCH_MIME_TYPE: _view("data", report.to_dict),
+            WATCH_MIME_TYPE: _view("data", watch_data, report),
             "text/plain": text,
             "text/html": _view("HTML view", render_watch_html, report),
         }

@@ -1,8 +1,9 @@
 """Renderers: a Report to text, sanitiser-safe HTML with SVG figures, and its live widget. They read; they never
 check.
 
-The words the views share live here, once for Python; the JupyterLab view (`labextension/src/reportview.ts`) says the
-same, pinned by tests on the same reports (`tests/test_labextension.py`).
+The words the views share are made here, once: `words.report_words` puts them together, the static HTML is written
+with them, and the JupyterLab view and the live widget (`labextension/src/reportview.ts`) show them as the report's
+data carries them (`words.report_data`), never wording them again.
 """
 
 import math
@@ -98,12 +99,24 @@ def digits_to_tell(first, second) -> int:
     return MOST_DIGITS
 
 
+def is_beyond(element) -> bool:
+    """Whether a listed element is beyond the tolerance (or its error is not a finite number)."""
+    return element.error is not None and not element.error <= 1
+
+
+def element_name(element) -> str:
+    """`x[2]`, or `d output[2] / d x[2]` where the element has an output: the first cell of the elements' table."""
+    label = element_label(element.input, element.index)
+    if element.output is None:
+        return label
+    return f"d {element_label(element.output, element.output_index)} / d {label}"
+
+
 def comparison_cells(element) -> list[str]:
     """A worst element's custom gradient, finite differences and autodiff, and its error of the tolerance: the cells
     of the table every view shows. An element beyond the tolerance shows the digits that tell the first two apart;
     one within it, 4 (the digits beyond are noise)."""
-    beyond = element.error is not None and not element.error <= 1
-    digits = digits_to_tell(element.custom, element.numerical) if beyond else 4
+    digits = digits_to_tell(element.custom, element.numerical) if is_beyond(element) else 4
     values = (element.custom, element.numerical, element.autodiff)
     return [format_number(value, digits) for value in values] + [format_number(element.error)]
 
@@ -122,6 +135,21 @@ def key_figures(report: Report) -> str:
             parts.append(counted(numerics.probes, "random direction"))
     parts.append(f"{report.timings.get('total', 0) * 1e3:.0f} ms")
     return " · ".join(parts)
+
+
+def worst_title(report: Report) -> str:
+    """The title of the elements' table: the worst (full mode) or the located ones (projection mode)."""
+    if report.numerics.mode == "full":
+        return "Worst elements"
+    return "Located elements (custom Jᵀu against finite differences)"
+
+
+def kinks_line(report: Report) -> str | None:
+    """Where the check found the forward not differentiable, left out of the comparison; None where nowhere."""
+    kinks = [p for p in report.problems if p.code == "nondifferentiable-point" and p.location is not None]
+    if not kinks:
+        return None
+    return f"Not differentiable at {', '.join(where(p.location) for p in kinks)}: left out of the comparison."
 
 
 def numerics_summary(report: Report) -> str:
@@ -201,7 +229,7 @@ LISTED_WHEN_PASSING = 3
 def shown_elements(numerics) -> list:
     """The elements the table lists: those beyond the tolerance, or when none is, the first few (the closest calls);
     the entries of structural zeros a full Jacobian ranks after them say nothing."""
-    beyond = [e for e in numerics.worst if e.error is not None and not e.error <= 1]
+    beyond = [e for e in numerics.worst if is_beyond(e)]
     return beyond or list(numerics.worst[:LISTED_WHEN_PASSING])
 
 
@@ -213,24 +241,53 @@ def framework_label(op) -> str:
 
 
 def backend_rows(report) -> list[tuple[str, str, str, str, str]]:
-    """The portability table: backend, verdict, version, problem codes (or why not checked), seconds."""
+    """The portability table: backend, verdict, problem codes (or why not checked), versions, time."""
     rows = []
     for result in report.backends:
         here = " (this kernel)" if result.backend == report.op.backend else ""
-        codes = ", ".join(dict.fromkeys(p.code for p in result.problems if p.severity != "info")) or (
-            result.note or "no problem"
-        )
-        seconds = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1e3:.0f} ms"
+        codes = ", ".join(dict.fromkeys(p.code for p in result.problems if p.severity != "info"))
+        detail = (result.note or "") if result.verdict == "unavailable" else codes or "no problem"
         rows.append(
             (
                 BACKEND_NAMES.get(result.backend, result.backend) + here,
-                result.verdict,
+                VERDICT_WORDS[result.verdict],
+                detail,
                 result.version or "",
-                codes if result.verdict != "unavailable" else result.note or "",
-                seconds,
+                seconds(result.seconds),
             )
         )
     return rows
+
+
+def seconds(value: float) -> str:
+    """`269 ms`, `1.4 s`."""
+    return f"{value:.1f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
+
+
+def format_shape(shape) -> str:
+    """`[2, 3]`, `[?, 3]` for a dimension not known, `scalar` for rank 0."""
+    return f"[{', '.join('?' if d is None else str(d) for d in shape)}]" if shape else "scalar"
+
+
+def shape_row(row) -> tuple[str, str, str, str, str]:
+    """A row of the shapes table: role, name, dtype and shape, the expected ones, and whether they match."""
+    shape = "None" if row.shape is None else f"{row.dtype} {format_shape(row.shape)}"
+    expected = "" if row.expected_shape is None else f"{row.expected_dtype} {format_shape(row.expected_shape)}"
+    mark = ("✓" if row.matches else "✗ mismatch") if expected else ""
+    return row.role, row.name, shape, expected, mark
+
+
+#: The phases of a check whose times the report's last line gives.
+TIMED_PHASES = ("structure", "graph", "tf_function", "numerics", "backends")
+
+
+def timings_line(report: Report) -> str | None:
+    """`tensorflow 2.21.0, eager: structure 3 ms · graph 17 ms · numerics 4 ms`; None where no phase was timed."""
+    phases = [phase for phase in TIMED_PHASES if phase in report.timings]
+    if not phases:
+        return None
+    text = " · ".join(f"{phase.replace('_', '.')} {report.timings[phase] * 1e3:.0f} ms" for phase in phases)
+    return f"{framework_label(report.op)}, {report.op.mode}: {text}"
 
 
 def surrogate_line(report) -> str | None:

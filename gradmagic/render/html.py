@@ -13,53 +13,45 @@ from __future__ import annotations
 
 from html import escape
 
-from gradmagic.render import (
-    BACKEND_NAMES,
-    COLOURS,
-    VERDICT_WORDS,
-    comparison_cells,
-    framework_label,
-    headline,
-    key_figures,
-    no_graph_reason,
-    no_sweep_reason,
-    numerics_summary,
-    shown_elements,
-    surrogate_line,
-    sweep_summary,
-    where,
+from gradmagic.render import COLOURS
+from gradmagic.render.figures import (
+    block_scale,
+    data_uri,
+    heatmap_blocks,
+    heatmap_legend,
+    heatmap_svgs,
+    swatch_svg,
+    sweep_svg,
 )
-from gradmagic.render.figures import block_scale, data_uri, heatmap_blocks, heatmap_legend, heatmap_svgs, swatch_svg
-from gradmagic.render.figures import sweep_svg
 from gradmagic.render.graph import graph_summary, graph_svg
-from gradmagic.render.text import nonfinite_lines, watch_row, watch_summary, watch_timings, watched_op_lines
-from gradmagic.report import Report, WatchedOp, WatchReport, element_label
+from gradmagic.render.words import report_words, watch_words
+from gradmagic.report import Report, ReportWords, WatchedOp, WatchReport
 
 MUTED = "color: #59636e"
 CODE = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
 #: The classes MathJax skips (3: `mathjax_ignore`; 2, in the classic Notebook and older exports: `tex2jax_ignore`).
 NO_MATH = "tex2jax_ignore mathjax_ignore"
-TIMED_PHASES = ("structure", "graph", "tf_function", "numerics", "backends")
 SHAPE_CODES = ("grad-shape", "grad-dtype", "grad-count", "grad-structure", "variable-grad-shape")
 SEVERITY_BORDER = {"error": COLOURS["error"], "warning": COLOURS["warning"], "info": COLOURS["info"]}
 
 
 def render_html(report: Report) -> str:
-    """The whole report, as the live view lays it out."""
+    """The whole report, as the live view lays it out, in the words every view shows (`report_words`)."""
+    words = report_words(report)
     parts = [
         f'<div class="gradmagic-report {NO_MATH}" style="font-family: system-ui, -apple-system, \'Segoe UI\', Roboto, '
         'sans-serif; font-size: 13px; line-height: 1.45; max-width: 100%">',
-        header_html(report),
-        problems_html(report),
+        header_html(report, words),
+        problems_html(report, words),
     ]
     evidence = [
-        backends_html(report),
-        numerics_html(report),
-        shapes_html(report),
-        sweep_html(report),
-        _section("Gradient graph", graph_html(report), False),
-        notes_html(report),
-        timings_html(report),
+        backends_html(report, words),
+        numerics_html(report, words),
+        shapes_html(report, words),
+        sweep_html(report, words),
+        _section("Gradient graph", graph_html(report, words), False),
+        notes_html(report, words),
+        timings_html(words),
     ]
     if report.verdict in ("pass", "surrogate"):
         parts.append(_section("Details", "".join(evidence), False, muted=True))
@@ -75,41 +67,40 @@ def _ascii(html: str) -> str:
     return html.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
-def header_html(report: Report) -> str:
+def header_html(report: Report, words: ReportWords) -> str:
     """The verdict as a badge, the op's signature, the verdict per backend, the key figures; the surrogate line."""
     op, verdict = report.op, report.verdict
     parts = [
         '<div style="display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px">',
         f'<span style="background: {COLOURS[verdict]}; color: #ffffff; border-radius: 10px; padding: 1px 8px; '
-        f'font-weight: 600; font-size: 11.5px">{escape(VERDICT_WORDS[verdict].upper())}</span>',
+        f'font-weight: 600; font-size: 11.5px">{escape(words.verdict.upper())}</span>',
         f'<code style="{CODE}; font-weight: 600">{escape(op.name + op.signature)}</code>',
     ]
     if report.backends:
-        parts.append(f'<span style="font-weight: 600">{escape(headline(report))}</span>')
-    parts.append(f'<span style="{MUTED}">{escape(key_figures(report))}</span></div>')
-    surrogate = surrogate_line(report)
-    if surrogate:
-        parts.append(f'<div style="margin: 4px 0; color: {COLOURS["surrogate"]}">{escape(surrogate)}</div>')
+        parts.append(f'<span style="font-weight: 600">{escape(words.headline)}</span>')
+    parts.append(f'<span style="{MUTED}">{escape(words.figures)}</span></div>')
+    if words.surrogate:
+        parts.append(f'<div style="margin: 4px 0; color: {COLOURS["surrogate"]}">{escape(words.surrogate)}</div>')
     return "".join(parts)
 
 
-def problems_html(report: Report) -> str:
+def problems_html(report: Report, words: ReportWords) -> str:
     """Errors and warnings, each once: severity, code, where, then the message (cause and fix)."""
-    shown = [problem for problem in report.problems if problem.severity != "info"]
-    return _problem_list(report, shown, ordered=True) if shown else ""
+    shown = [(problem, place) for problem, place in zip(report.problems, words.places) if problem.severity != "info"]
+    return _problem_list(shown, ordered=True) if shown else ""
 
 
-def notes_html(report: Report) -> str:
+def notes_html(report: Report, words: ReportWords) -> str:
     """The infos, folded."""
-    infos = [problem for problem in report.problems if problem.severity == "info"]
-    return _section(f"Notes ({len(infos)})", _problem_list(report, infos), False) if infos else ""
+    infos = [(problem, place) for problem, place in zip(report.problems, words.places) if problem.severity == "info"]
+    return _section(f"Notes ({len(infos)})", _problem_list(infos), False) if infos else ""
 
 
-def _problem_list(report: Report, problems, ordered: bool = False) -> str:
+def _problem_list(problems, ordered: bool = False) -> str:
+    """Problems, each with where it is (`(problem, place)` pairs)."""
     tag = "ol" if ordered else "ul"
     items = []
-    for problem in problems:
-        place = where(problem.location, report.op.filename)
+    for problem, place in problems:
         colour = SEVERITY_BORDER[problem.severity]
         items.append(
             f'<li style="margin: 0 0 8px; padding: 4px 10px 6px; border-left: 3px solid {colour}; '
@@ -122,25 +113,14 @@ def _problem_list(report: Report, problems, ordered: bool = False) -> str:
     return f'<{tag} style="margin: 8px 0; padding: 0; list-style: none">{"".join(items)}</{tag}>'
 
 
-def backends_html(report: Report) -> str:
+def backends_html(report: Report, words: ReportWords) -> str:
     """The portability check: the verdict on each Keras backend, each checked in its own process."""
     if not report.backends:
         return ""
-    rows = []
-    for result in report.backends:
-        here = " (this kernel)" if result.backend == report.op.backend else ""
-        codes = ", ".join(dict.fromkeys(p.code for p in result.problems if p.severity != "info"))
-        detail = (result.note or "") if result.verdict == "unavailable" else codes or "no problem"
-        seconds = f"{result.seconds:.1f} s" if result.seconds >= 1 else f"{result.seconds * 1e3:.0f} ms"
-        rows.append(
-            [
-                BACKEND_NAMES.get(result.backend, result.backend) + here,
-                (VERDICT_WORDS[result.verdict], COLOURS[result.verdict]),
-                detail,
-                result.version or "",
-                seconds,
-            ]
-        )
+    rows = [
+        [name, (verdict, COLOURS[result.verdict]), detail, versions, took]
+        for result, (name, verdict, detail, versions, took) in zip(report.backends, words.backends)
+    ]
     note = (
         f'<p style="{MUTED}">The same op and inputs on each Keras backend, each in its own process (KERAS_BACKEND is '
         "fixed when Keras is imported). A failing backend's problems are in the list above.</p>"
@@ -150,49 +130,28 @@ def backends_html(report: Report) -> str:
     return _section(f"Backends ({len(report.backends)})", note + table, failing)
 
 
-def shapes_html(report: Report) -> str:
+def shapes_html(report: Report, words: ReportWords) -> str:
     """Inputs, outputs, upstream and downstream gradients and variables: dtype and shape, and what was expected."""
     mismatch = any(not row.matches for row in report.tensors)
     opened = mismatch or any(problem.code in SHAPE_CODES for problem in report.problems)
     if not report.tensors:
         body = f'<p style="{MUTED}">No tensor reached the check: it stopped before calling the op.</p>'
         return _section("Shapes", body, opened)
-    rows = []
-    for row in report.tensors:
-        shape = "None" if row.shape is None else f"{row.dtype} {_shape(row.shape)}"
-        expected = "" if row.expected_shape is None else f"{row.expected_dtype} {_shape(row.expected_shape)}"
-        mark = ("✓" if row.matches else "✗ mismatch") if expected else ""
-        rows.append(([row.role, row.name, shape, expected, mark], not row.matches))
+    rows = [(list(cells), not row.matches) for row, cells in zip(report.tensors, words.shapes)]
     table = _table(("role", "name", "dtype and shape", "expected", ""), rows)
     return _section("Shapes", table, opened)
 
 
-def numerics_html(report: Report) -> str:
+def numerics_html(report: Report, words: ReportWords) -> str:
     """How the comparison ran, the worst elements (full mode) or the located ones (projection mode), heatmaps."""
     numerics = report.numerics
     failing = any(problem.code == "fd-mismatch" for problem in report.problems)
-    parts = [f'<p style="{MUTED}">{escape(numerics_summary(report))}</p>']
-    kinks = [p for p in report.problems if p.code == "nondifferentiable-point" and p.location is not None]
-    if kinks:
-        labels = ", ".join(where(p.location) for p in kinks)
-        parts.append(
-            f'<p style="color: {COLOURS["warn"]}">Not differentiable at {escape(labels)}: left out of the '
-            "comparison.</p>"
-        )
-    listed = shown_elements(numerics)
-    if listed:
-        heading = (
-            "Worst elements" if numerics.mode == "full" else "Located elements (custom Jᵀu against finite differences)"
-        )
-        rows = []
-        for element in listed:
-            label = element_label(element.input, element.index)
-            if element.output is not None:
-                label = f"d {element_label(element.output, element.output_index)} / d {label}"
-            values = comparison_cells(element)
-            bad = element.error is not None and not element.error <= 1
-            rows.append(([label, *values], bad))
-        parts.append(f'<div style="font-weight: 600; margin-top: 6px">{escape(heading)}</div>')
+    parts = [f'<p style="{MUTED}">{escape(words.numerics)}</p>']
+    if words.kinks:
+        parts.append(f'<p style="color: {COLOURS["warn"]}">{escape(words.kinks)}</p>')
+    if words.worst:
+        rows = [(list(row.cells), row.beyond) for row in words.worst]
+        parts.append(f'<div style="font-weight: 600; margin-top: 6px">{escape(words.worst_title)}</div>')
         headings = ("element", "custom", "finite differences", "autodiff", "error ÷ tolerance")
         parts.append(_table(headings, rows, numeric=(1, 2, 3, 4)))
     if numerics.mode == "full":
@@ -226,39 +185,31 @@ def _heatmap(block) -> str:
     )
 
 
-def sweep_html(report: Report) -> str:
+def sweep_html(report: Report, words: ReportWords) -> str:
     """The sweep's figure, or why there is none."""
     sweep = report.sweep
     if sweep is None:
-        return _section("Sweep", f'<p style="{MUTED}">{escape(no_sweep_reason(report))}</p>', False)
+        return _section("Sweep", f'<p style="{MUTED}">{escape(words.no_sweep)}</p>', False)
     image = data_uri(sweep_svg(sweep, report.verdict == "surrogate"))
     body = (
-        f'<p style="{MUTED}">{escape(sweep_summary(sweep))}</p>'
-        f'<img alt="{escape(sweep_summary(sweep))}" style="max-width: 100%" src="{image}">'
+        f'<p style="{MUTED}">{escape(words.sweep)}</p>'
+        f'<img alt="{escape(words.sweep)}" style="max-width: 100%" src="{image}">'
     )
     return _section("Sweep", body, True)
 
 
-def graph_html(report: Report) -> str:
+def graph_html(report: Report, words: ReportWords) -> str:
     """The gradient graph's summary and drawing, or why there is none."""
     if report.graph is None:
-        return f'<p style="{MUTED}">{escape(no_graph_reason(report))}</p>'
-    summary = (
-        f"{graph_summary(report.graph)} (per call, from the forward until the gradient is taken: the red dashed "
-        "edges)."
-    )
+        return f'<p style="{MUTED}">{escape(words.no_graph)}</p>'
     return (
-        f'<p style="{MUTED}">{escape(summary)}</p><div style="overflow-x: auto">'
+        f'<p style="{MUTED}">{escape(words.graph)}</p><div style="overflow-x: auto">'
         f'<img alt="{escape(graph_summary(report.graph))}" src="{data_uri(graph_svg(report.graph))}"></div>'
     )
 
 
-def timings_html(report: Report) -> str:
-    phases = [phase for phase in TIMED_PHASES if phase in report.timings]
-    if not phases:
-        return ""
-    text = " · ".join(f"{phase.replace('_', '.')} {report.timings[phase] * 1e3:.0f} ms" for phase in phases)
-    return f'<p style="{MUTED}">{escape(framework_label(report.op))}, {escape(report.op.mode)}: {escape(text)}</p>'
+def timings_html(words: ReportWords) -> str:
+    return f'<p style="{MUTED}">{escape(words.timings)}</p>' if words.timings else ""
 
 
 def _section(title: str, body: str, opened: bool, muted: bool = False) -> str:
@@ -296,23 +247,19 @@ def _table(headings, rows, numeric=()) -> str:
     )
 
 
-def _shape(shape) -> str:
-    return f"[{', '.join('?' if d is None else str(d) for d in shape)}]" if shape else "scalar"
-
-
 def render_watch_html(report: WatchReport) -> str:
     """A watch's report: verdict and timings, where the first gradient went non-finite, and a table of the ops, each
     op's own report (as `render_html` draws every Report) folded under its row in a `<details>` block."""
-    verdict = report.verdict
+    words = watch_words(report)
     parts = [
         f'<div class="gradmagic-watch {NO_MATH}" style="font-family: sans-serif; font-size: 13px; line-height: 1.4">',
-        f'<div style="font-size: 14px"><b style="color: {COLOURS[verdict]}">{escape(VERDICT_WORDS[verdict].upper())}'
-        f"</b> {escape(watch_summary(report))}</div>",
-        f'<div style="{MUTED}; font-size: 12px">{escape(watch_timings(report))}</div>',
+        f'<div style="font-size: 14px"><b style="color: {COLOURS[report.verdict]}">{escape(words.verdict.upper())}'
+        f"</b> {escape(words.summary)}</div>",
+        f'<div style="{MUTED}; font-size: 12px">{escape(words.timings)}</div>',
     ]
-    parts += [f"<div>{escape(line)}</div>" for line in nonfinite_lines(report)]
-    if report.error:
-        parts.append(f'<div style="color: {COLOURS["error"]}">The watched code raised {escape(report.error)}.</div>')
+    parts += [f"<div>{escape(line)}</div>" for line in words.lines]
+    if words.raised:
+        parts.append(f'<div style="color: {COLOURS["error"]}">{escape(words.raised)}</div>')
     parts += [f'<div style="{MUTED}">{escape(note)}</div>' for note in report.notes]
     if report.watched:
         head = "".join(
@@ -320,15 +267,15 @@ def render_watch_html(report: WatchReport) -> str:
             for h in ("op", "where", "calls", "verdict", "first problem")
         )
         rows = []
-        for op in report.watched:
-            name, where, calls, words, problem = watch_row(op)
+        for op, row, calls, places in zip(report.watched, words.rows, words.calls, words.places):
+            name, where, count, verdict, problem = row
             rows.append(
                 f'<tr style="border-top: 1px solid #d0d7de"><td><code>{escape(name)}</code></td>'
-                f"<td>{escape(where)}</td><td>{escape(calls)}</td>"
-                f'<td><b style="color: {COLOURS[op.verdict]}">{escape(words)}</b></td>'
+                f"<td>{escape(where)}</td><td>{escape(count)}</td>"
+                f'<td><b style="color: {COLOURS[op.verdict]}">{escape(verdict)}</b></td>'
                 f'<td style="white-space: pre-wrap">{escape(problem)}</td></tr>'
                 f'<tr><td colspan=5><details style="margin: 0 0 6px 12px"><summary>report of '
-                f"<code>{escape(name)}</code></summary>{_watched_op_html(op)}</details></td></tr>"
+                f"<code>{escape(name)}</code></summary>{_watched_op_html(op, calls, places)}</details></td></tr>"
             )
         parts.append(  # a table still too wide for the page scrolls in its own frame, never runs off it
             '<div style="max-width: 100%; overflow-x: auto"><table style="border-collapse: collapse; margin: 4px 0; '
@@ -338,10 +285,10 @@ def render_watch_html(report: WatchReport) -> str:
     return _ascii("".join(parts))
 
 
-def _watched_op_html(op: WatchedOp) -> str:
-    """What an op's calls received and did, the calls it was checked at, what the watched code showed of it, then
-    its report."""
-    lines = "".join(f"<div>{escape(line)}</div>" for line in watched_op_lines(op)[1:])
-    findings = _problem_list(op.report, op.findings) if op.findings else ""
+def _watched_op_html(op: WatchedOp, calls: tuple[str, ...], places: tuple[str, ...]) -> str:
+    """What an op's calls received and did, the calls it was checked at, what the watched code showed of it (each
+    finding with its place), then its report."""
+    lines = "".join(f"<div>{escape(line)}</div>" for line in calls)
+    findings = _problem_list(zip(op.findings, places)) if op.findings else ""
     calls = f'<div style="{MUTED}; font-family: monospace; white-space: pre-wrap">{lines}</div>'
     return calls + findings + render_html(op.report)

@@ -11,6 +11,7 @@ from gradmagic.render import (
     framework_label,
     headline,
     numerics_summary,
+    seconds,
     surrogate_line,
     where,
 )
@@ -55,10 +56,8 @@ def render_text(report: Report) -> str:
             lines.append(f"    {row.role:<17} {row.name:<20} {shape}{expected}")
     if report.backends:
         lines.append("  backends:")
-        for name, verdict, version, detail, seconds in backend_rows(report):
-            lines.append(
-                f"    {name:<26} {VERDICT_WORDS[verdict]:<22} {detail}" + (f"  [{seconds}]" if seconds else "")
-            )
+        for name, verdict, detail, _versions, took in backend_rows(report):
+            lines.append(f"    {name:<26} {verdict:<22} {detail}  [{took}]")
     lines.append("  " + numerics_summary(report))
     if report.graph is not None:
         lines.append("  " + graph_summary(report.graph))
@@ -76,7 +75,8 @@ def render_watch_text(report: WatchReport) -> str:
         for row in rows:
             cells = [cell.ljust(width) for cell, width in zip(row, widths)] + [row[4]]
             lines.append("  " + "  ".join(cells).rstrip())
-    for note in report.notes + ((f"The watched code raised {report.error}.",) if report.error else ()):
+    raised = raised_line(report)
+    for note in report.notes + ((raised,) if raised else ()):
         lines += textwrap.wrap(note, WIDTH, initial_indent="  note: ", subsequent_indent="        ")
     for op in report.watched:
         lines.append("")
@@ -86,6 +86,11 @@ def render_watch_text(report: WatchReport) -> str:
             lines += textwrap.wrap(finding.message, WIDTH, initial_indent="        ", subsequent_indent="        ")
         lines += [f"    {line}" for line in render_text(op.report).split("\n")]
     return "\n".join(lines)
+
+
+def raised_line(report: WatchReport) -> str | None:
+    """What the watched code raised, in a sentence; None where it raised nothing."""
+    return f"The watched code raised {report.error}." if report.error else None
 
 
 def watch_headline(report: WatchReport) -> str:
@@ -201,7 +206,3 @@ def value_line(summary: ValueSummary) -> str:
 def _clipped(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def seconds(value: float) -> str:
-    return f"{value:.1f} s" if value >= 1 else f"{value * 1e3:.0f} ms"

@@ -25,6 +25,7 @@ import anywidget
 import traitlets
 
 from gradmagic.render import no_sweep_reason
+from gradmagic.render.words import report_data, watch_data
 from gradmagic.report import MIME_TYPE, Report, display_text
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -85,7 +86,7 @@ class ReportWidget(anywidget.AnyWidget):
         self.shown = report
         # The first state goes out with the widget's model (one message), not as updates after it.
         super().__init__(
-            report=report.to_dict(),
+            report=self._data(report),
             view=view,
             controls=self._controls(report),
             status=_status(),
@@ -97,7 +98,12 @@ class ReportWidget(anywidget.AnyWidget):
         """Show `report` in place, its options in the controls."""
         self.shown = report
         self.controls = self._controls(report)
-        self.report = report.to_dict()
+        self.report = self._data(report)
+
+    @staticmethod
+    def _data(report: Report) -> dict:
+        """The report's data as the view reads it: its fields and its words."""
+        return report_data(report)
 
     def close(self) -> None:
         """Close the widget and its layout's model (ipywidgets makes one per widget; `Widget.close` leaves it), and let
@@ -189,6 +195,10 @@ class WatchWidget(ReportWidget):
     def __init__(self, report):
         reason = "A watch's report: run the watched cell again, or check an op with %gradcheck."
         super().__init__(report, reason=reason, view="watch")
+
+    @staticmethod
+    def _data(report) -> dict:
+        return watch_data(report)
 
     def _controls(self, report) -> dict:
         return {

@@ -9,7 +9,8 @@
  * Every string from the report goes in as text.
  */
 import { element, svg, uniqueId } from './dom';
-import { IGraph, IGraphEdge, IGraphNode, IGraphScope, NODE_ROLES, formatBytes, formatShape } from './schema';
+import { formatBytes, formatShape } from './data';
+import { IGraph, IGraphEdge, IGraphNode, IGraphScope, NodeRole } from './schema';
 
 /** Pixels per layout unit. */
 const UNIT_X = 150;
@@ -19,6 +20,16 @@ const CHAR_WIDTH = 6.4;
 const MARGIN = 40;
 const MIN_SCALE = 0.1;
 const MAX_SCALE = 8;
+/** The nodes' roles, in the legend's order: the forward lane's, then the backward lane's. */
+const NODE_ROLES: readonly NodeRole[] = [
+  'input',
+  'variable',
+  'forward',
+  'output',
+  'upstream',
+  'backward',
+  'downstream'
+];
 
 /** What shows in place of a graph without a layout. */
 export const NO_LAYOUT =
@@ -56,9 +67,7 @@ export function foldedGraph(graph: IGraph, scopes: IGraphScope[]): IGraph {
     if (!nodes.has(key)) {
       nodes.set(
         key,
-        scope
-          ? { ...node, id: key, op: 'scope', label: scope.label, role: scope.role, count: scope.count }
-          : node
+        scope ? { ...node, id: key, op: 'scope', label: scope.label, role: scope.role, count: scope.count } : node
       );
     }
   }
@@ -232,7 +241,9 @@ function overlaps(a: Box, b: Box): boolean {
  */
 export function labelPlace(ends: IPoint[], textLength: number, others: IPoint[][], boxes: Box[]): IPoint {
   const width = textLength * LABEL_CHAR;
-  const obstacles: [IPoint, IPoint][] = others.flatMap(line => line.slice(1).map((b, i) => [line[i], b] as [IPoint, IPoint]));
+  const obstacles: [IPoint, IPoint][] = others.flatMap(line =>
+    line.slice(1).map((b, i) => [line[i], b] as [IPoint, IPoint])
+  );
   const length = ([a, b]: [IPoint, IPoint]): number => Math.hypot(b.x - a.x, b.y - a.y);
   const segments = ends
     .slice(1)
@@ -388,7 +399,11 @@ export function graphView(original: IGraph): HTMLElement {
       const size = formatBytes(edge.bytes);
       const others = paths.filter((_, j) => j !== k).map(other => other.path.ends);
       const at = labelPlace(path.ends, size.length, others, boxes);
-      const text = svg('text', { x: at.x.toFixed(1), y: (at.y + 3).toFixed(1), class: 'jp-gradmagic-edge-label' }, group);
+      const text = svg(
+        'text',
+        { x: at.x.toFixed(1), y: (at.y + 3).toFixed(1), class: 'jp-gradmagic-edge-label' },
+        group
+      );
       text.textContent = size;
     }
     group.addEventListener('mousemove', event => showDetails(edgeDetails(edge, byId), event));

@@ -8,7 +8,8 @@
  * draws the same.
  */
 import { element, svg, uniqueId } from './dom';
-import { IJacobianBlock, INumerics, Num, formatNumber, toNumber } from './schema';
+import { Num, formatNumber, toNumber } from './data';
+import { IJacobianBlock, INumerics } from './schema';
 
 /** Cells are this many pixels at most and at least; a matrix is at most MATRIX pixels wide or high. */
 const CELL_MAX = 28;
@@ -126,7 +127,12 @@ function cellSize(block: IJacobianBlock): number {
  * pixels: its title, `in →` over it, `out` at its left. The panels of a block wrap onto rows where the page is
  * narrow, each at its own size, so that their labels stay legible (never scaled down).
  */
-export function heatmapPanel(block: IJacobianBlock, label: string, values: Num[], kind: 'value' | 'error'): SVGSVGElement {
+export function heatmapPanel(
+  block: IJacobianBlock,
+  label: string,
+  values: Num[],
+  kind: 'value' | 'error'
+): SVGSVGElement {
   const [rows, columns] = block.shape;
   const cell = cellSize(block);
   const width = columns * cell;
@@ -193,7 +199,9 @@ export function cellDetails(block: IJacobianBlock, row: number, column: number):
   ];
   if (block.error) {
     const error = toNumber(block.error[at]);
-    lines.push(Number.isFinite(error) && error < 0 ? 'not judged' : `error ${formatNumber(block.error[at])} of tolerance`);
+    lines.push(
+      Number.isFinite(error) && error < 0 ? 'not judged' : `error ${formatNumber(block.error[at])} of tolerance`
+    );
   }
   return lines.join('\n');
 }

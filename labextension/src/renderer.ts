@@ -11,9 +11,10 @@ import { Kernel } from '@jupyterlab/services';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { Panel } from '@lumino/widgets';
 
+import { readReport, readWatchReport } from './data';
 import { View, reportView } from './reportview';
-import { MIME_TYPE, readReport } from './schema';
-import { WATCH_MIME_TYPE, readWatchReport, watchView } from './watchview';
+import { MIME_TYPE, WATCH_MIME_TYPE } from './schema';
+import { watchView } from './watchview';
 import { REPORT_EVENT } from './widget';
 
 export const WIDGET_MIME_TYPE = 'application/vnd.jupyter.widget-view+json';

@@ -10,7 +10,7 @@
  * reads: a kernel whose gradmagic speaks another one asks its own kernel for its own view.
  */
 
-import { VERDICT_WORDS, Verdict } from './schema';
+import { IReportWords, IWatchWords, Verdict } from './schema';
 
 /** Where the page keeps the report's view, by the model contract it speaks. */
 export const VIEW_KEY = 'gradmagic.view/1';
@@ -90,11 +90,15 @@ export async function render({ model, el }: { model: IStubModel; el: HTMLElement
   el.classList.add('jp-gradmagic-widget');
   const found = viewFor(model);
   if (found instanceof Promise) {
-    const report = (model.get('report') ?? {}) as { verdict?: Verdict; op?: { name?: string; signature?: string } };
+    const report = (model.get('report') ?? {}) as {
+      verdict?: Verdict;
+      words?: Partial<IReportWords | IWatchWords>;
+      op?: { name?: string; signature?: string };
+    };
     const note = document.createElement('div');
     note.className = 'jp-gradmagic-loading';
     note.textContent =
-      `${report.op?.name ?? 'report'}${report.op?.signature ?? ''} ${report.verdict ? VERDICT_WORDS[report.verdict] : ''} ` +
+      `${report.op?.name ?? 'report'}${report.op?.signature ?? ''} ${report.words?.verdict ?? report.verdict ?? ''} ` +
       "(the report's view is loading from the kernel; it comes when the kernel is idle)";
     el.replaceChildren(note);
   }

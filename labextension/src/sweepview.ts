@@ -7,7 +7,8 @@
  * triangles on the top edge. Hovering shows the values at the nearest point. Every string goes in as text.
  */
 import { element, svg } from './dom';
-import { ISweep, elementLabel, formatNumber, toNumber } from './schema';
+import { elementLabel, formatNumber, toNumber } from './data';
+import { ISweep } from './schema';
 
 /** The drawing in SVG units: it scales to the output's width, text with it. */
 const WIDTH = 720;

@@ -8,9 +8,9 @@
  * re-check sends the output's new data (the report and its static fallbacks) as a message.
  */
 import { ILive, ILiveControls, ILiveStatus, IRecheckRequest, ISweepRequest, ViewState } from './live';
+import { readReport, readWatchReport } from './data';
 import { View, reportView } from './reportview';
-import { readReport } from './schema';
-import { readWatchReport, watchView } from './watchview';
+import { watchView } from './watchview';
 
 function errorLine(error: Error): HTMLElement {
   const message = document.createElement('div');
