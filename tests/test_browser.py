@@ -99,6 +99,8 @@ def checked(browser, lab, folders):
     root, _ = folders
     write_notebook(root / "log1pexp.ipynb", ["%load_ext gradmagic", LOG1PEXP_CELL, STRAIGHT_THROUGH_CELL, ABS_CELL])
     page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
+    page.console_messages = []  # what the page logs, for the tests to read
+    page.on("console", lambda message: page.console_messages.append(f"{message.type}: {message.text}"))
     open_notebook(page, lab, "log1pexp.ipynb")
     for cell in range(4):
         run_cell(page, cell, cell + 1)
@@ -171,6 +173,8 @@ def test_the_log1pexp_cell_shows_its_live_report(checked, expected):
     report.wait_for(timeout=TIMEOUT)
     assert report.locator(".jp-gradmagic-badge").inner_text().lower() == "passes with warnings"
     assert "log1pexp(x)" in report.locator(".jp-gradmagic-signature").inner_text()
+    # The widget's module speaks anywidget's current API: no deprecation logged for any of the page's reports.
+    assert not [line for line in page.console_messages if "anywidget" in line and "eprecat" in line]
     problems = report.locator(":scope > .jp-gradmagic-problems > .jp-gradmagic-problem")
     assert [problems.nth(i).get_attribute("data-code") for i in range(problems.count())] == [
         p.code for p in expected.problems if p.severity != "info"

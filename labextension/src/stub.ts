@@ -85,8 +85,12 @@ export function viewFor(model: IStubModel): IReportWidgetView | Promise<IReportW
   return loading;
 }
 
-/** Draw the report with the page's view; until it has come, a line saying so, with the verdict. */
-export async function render({ model, el }: { model: IStubModel; el: HTMLElement }): Promise<(() => void) | void> {
+/**
+ * Draw the report with the page's view; until it has come, a line saying so, with the verdict. anywidget takes it as
+ * the default export's `render` (its current API: a module exporting `render` itself is deprecated, with a warning in
+ * the console for every widget).
+ */
+export async function drawReport({ model, el }: { model: IStubModel; el: HTMLElement }): Promise<(() => void) | void> {
   el.classList.add('jp-gradmagic-widget');
   const found = viewFor(model);
   if (found instanceof Promise) {
@@ -110,4 +114,4 @@ export async function render({ model, el }: { model: IStubModel; el: HTMLElement
   }
 }
 
-export default { render };
+export default { render: drawReport };

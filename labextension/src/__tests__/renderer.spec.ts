@@ -16,7 +16,8 @@ import { ReportRenderer, liveModelId, reportRendererFactory } from '../renderer'
 import { reportView } from '../reportview';
 import { IGraph, IReport, IReportWords, IWatchReport, MIME_TYPE, NodeRole, WATCH_MIME_TYPE } from '../schema';
 import { jumps, nearestPoint, niceTicks, nonFiniteRuns, sweepDetails } from '../sweepview';
-import { VIEW_KEY, render as stubRender, viewRegistry } from '../stub';
+import stub, { VIEW_KEY, drawReport as stubRender, viewRegistry } from '../stub';
+import * as stubModule from '../stub';
 import { watchView } from '../watchview';
 import { IWidgetModel, REPORT_EVENT, render } from '../widget';
 
@@ -814,6 +815,11 @@ test('the renderer finds the live widget in the output metadata and saves a re-c
 
 describe('the stub each widget model carries instead of the view', () => {
   afterEach(() => delete viewRegistry()[VIEW_KEY]);
+
+  test('gives anywidget its render through the default export only (a named `render` is deprecated)', () => {
+    expect(stub.render).toBe(stubRender);
+    expect(Object.keys(stubModule)).not.toContain('render');
+  });
 
   test('draws with the view the JupyterLab extension registered, asking the kernel nothing', async () => {
     viewRegistry()[VIEW_KEY] = { render };
