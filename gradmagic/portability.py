@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import dis
-import importlib.util
+import importlib
 import inspect
 import json
 import linecache
@@ -35,8 +35,8 @@ import numpy as np
 
 from gradmagic import checking
 from gradmagic.checking.options import CheckOptions
-from gradmagic.frameworks import PACKAGES, is_keras_variable
-from gradmagic.frameworks.wording import backend_name
+from gradmagic.frameworks import PACKAGES, installed, is_keras_variable
+from gradmagic.frameworks.names import backend_name
 from gradmagic.op import info_of
 from gradmagic.report import BackendResult, Problem, Report
 from gradmagic.source import Cell, compile_cell
@@ -48,11 +48,6 @@ _SUBPROCESS_OPTIONS = {"graph": False, "sweep": False, "backends": ()}
 
 class NotPortable(Exception):
     """The op or its inputs cannot be sent to another process; the message says what and why."""
-
-
-def installed(backend: str) -> bool:
-    """Whether `backend`'s package can be imported here (without importing it)."""
-    return importlib.util.find_spec(PACKAGES[backend].module) is not None
 
 
 def with_backends(

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from gradmagic.frameworks.names import KERAS_BACKENDS, PACKAGES, backend_name
+
 PACKAGE = Path(__file__).resolve().parents[1] / "gradmagic"
-#: Frameworks, imported only inside gradmagic/frameworks/.
-FRAMEWORKS = {"tensorflow", "keras", "jax", "jaxlib", "torch", "ml_dtypes"}
+#: Frameworks, imported only inside gradmagic/frameworks/: the packages of its table of names, and what they bring.
+FRAMEWORKS = {package.module for package in PACKAGES.values()} | {"jaxlib", "ml_dtypes"}
 #: What each layer may import of gradmagic (besides itself).
 LAYERS = {
     "gradmagic.report": {"gradmagic.errors"},
@@ -165,3 +167,11 @@ def test_the_adapter_interface_is_small_and_adapters_add_nothing_public_to_it():
     for name, node in adapters.items():
         extra = _public_methods(node) - interface
         assert not extra, f"{name} has public methods outside the Adapter interface: {sorted(extra)}"
+
+
+def test_the_views_name_keras_backends_as_the_one_table_does():
+    # render/ imports only the Report, so it keeps its own copy of the names: pinned to frameworks/names.py here.
+    from gradmagic.render import BACKEND_NAMES
+
+    assert BACKEND_NAMES == {backend: backend_name(backend) for backend in KERAS_BACKENDS}
+    assert backend_name("jax") == "JAX" and backend_name("mxnet") == "mxnet" and backend_name(None) == ""

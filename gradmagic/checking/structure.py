@@ -833,7 +833,7 @@ def _raised(what: str, findings: Findings, error: Exception, grad_fn: Any = None
     message = f"The {what} of `{findings.name}` raised {type(error).__name__}: {_first_lines(wording.message(error))}"
     if wording.is_ambiguous_truth(error):
         message += (
-            " A Python `if` (or `tf.cond`) needs a scalar predicate; for an element-wise choice use "
+            f" {wording.conditional} needs a scalar predicate; for an element-wise choice use "
             f"`{wording.where}(condition, a, b)`, which also keeps the gradient element-wise."
         )
     elif grad_fn is not None and isinstance(error, TypeError) and "positional argument" in str(error):
