@@ -26,6 +26,7 @@ from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, interrupts_in_user_frames
+from gradmagic.frameworks.cache import function_of
 from gradmagic.magic_line import is_example_input, split_words
 from gradmagic.op import OpInfo, attach, info_of
 from gradmagic.report import display_text
@@ -100,7 +101,7 @@ def _check_arguments(magic):
 
 def _unchanged_op(previous, function, adapter):
     """`previous` (the op the cell made when it last ran) if the cell ran again unchanged: the op keeps its traces."""
-    raw = getattr(previous, "_gradmagic_function", None)
+    raw = function_of(previous)
     info = info_of(previous)
     if raw is None or info is None or info.framework != adapter.name or not adapter.keeps_unchanged_ops:
         return None

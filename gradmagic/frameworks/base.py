@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager
 
 import numpy as np
 
-from gradmagic.frameworks.cache import cache_of
+from gradmagic.frameworks.cache import cache_of, function_of
 from gradmagic.frameworks.wording import Wording
 
 
@@ -324,8 +324,9 @@ class Adapter(abc.ABC):
             if inner.origin in ("magic", "decorated"):
                 raw = functools.partial(inner.raw, *op.args, **op.keywords)
                 return self._target(raw, op, inner.origin, inner.raw)
-        if hasattr(op, "_gradmagic_function"):
-            return self._target(op._gradmagic_function, op, "magic")
+        function = function_of(op)
+        if function is not None:
+            return self._target(function, op, "magic")
         unwrapped = self._unwrap(op)
         if unwrapped is not None:
             raw, origin = unwrapped
@@ -486,6 +487,12 @@ def unless_all_nan(values: Any) -> np.ndarray | None:
     """None when a framework could not take autodiff (it fills the result with NaN inside compiled code)."""
     values = np.asarray(values)
     return None if values.size and np.isnan(values).all() else values
+
+
+def given(raw: Callable) -> Callable:
+    """What the user gave for a target's raw function: the callable (a `functools.partial`, a callable object) that
+    `Adapter.resolve` wrapped in a named function to decorate it, else `raw` itself."""
+    return getattr(raw, "_gradmagic_wraps", raw)
 
 
 def _innermost(function: Any) -> Any:

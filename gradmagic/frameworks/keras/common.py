@@ -13,6 +13,7 @@ from typing import Any, Callable
 import keras
 
 from gradmagic.frameworks.base import Adapter, Layout
+from gradmagic.frameworks.cache import made_from
 
 
 class KerasAdapter(Adapter):
@@ -49,8 +50,7 @@ def keyword_binding_op(function: Callable) -> Callable:
         if hasattr(function, attribute):
             setattr(custom_gradient_op, attribute, getattr(function, attribute))
     custom_gradient_op.__signature__ = inspect.signature(function)
-    custom_gradient_op._gradmagic_function = function
-    return custom_gradient_op
+    return made_from(custom_gradient_op, function)
 
 
 class VariableReads(keras.StatelessScope):

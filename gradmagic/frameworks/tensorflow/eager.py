@@ -28,7 +28,7 @@ from gradmagic.frameworks.base import (
     native,
     unless_all_nan,
 )
-from gradmagic.frameworks.cache import cache_of
+from gradmagic.frameworks.cache import cache_of, made_from
 from gradmagic.frameworks.tensorflow import building, composite, tracing, watching
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
@@ -101,8 +101,7 @@ class TensorFlowAdapter(Adapter):
         for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(custom_gradient_op, attribute, getattr(function, attribute))
         custom_gradient_op.__signature__ = inspect.signature(function)
-        custom_gradient_op._gradmagic_function = function
-        return custom_gradient_op
+        return made_from(custom_gradient_op, function)
 
     def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
         return composite.unwrap(op)
