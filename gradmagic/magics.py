@@ -268,8 +268,7 @@ class GradientMagics(Magics):
             )
         run_check = self.check if options.run_check is None else options.run_check
         quiet = self.quiet if options.quiet is None else options.quiet
-        magic_line = f"%%custom_gradient {line}".rstrip()
-        cell_source = source.Cell(magic_line, cell, self._register_cell(f"{magic_line}\n{cell}"))
+        cell_source = source.Cell.typed("custom_gradient", line, cell, self._register_cell)
         try:
             examples = example_inputs.parse_example_inputs(options.examples)
             settings = self._settings(options, "keras" if options.keras else self.framework)
@@ -485,7 +484,7 @@ class GradientMagics(Magics):
             watch = Watch(check=options.run_check, memory_limit=memory, surrogates=options.surrogates, **settings)
         except GradmagicError as error:  # a bad %config value, named
             raise _usage(str(error)) from None
-        statements, last = self._compile_watched(f"%%gradwatch {line}".rstrip(), cell)
+        statements, last = self._compile_watched(source.Cell.typed("gradwatch", line, cell, self._register_cell))
         started = contextlib.ExitStack()
         try:
             started.enter_context(watch)
@@ -510,13 +509,13 @@ class GradientMagics(Magics):
             self.shell.user_ns[name] = report
         return report
 
-    def _compile_watched(self, magic_line: str, cell: str):
+    def _compile_watched(self, cell: source.Cell):
         """The cell's statements, and its last expression (shown as a cell's value), compiled as IPython compiles a
         cell: magics and shell escapes transformed, named after the cell for tracebacks, the magic line being line
         1."""
-        filename = self._register_cell(f"{magic_line}\n{cell}")
+        filename = cell.filename
         try:
-            tree = self.shell.compile.ast_parse("\n" + self.shell.transform_cell(cell), filename)
+            tree = self.shell.compile.ast_parse(cell.numbered(self.shell.transform_cell(cell.body)), filename)
         except SyntaxError as error:
             raise _usage(self._syntax_error_message(error, filename)) from None
         tree = self.shell.transform_ast(tree)

@@ -215,8 +215,7 @@ def recipe_for(op: Callable, framework: str = "keras") -> dict:
     info = info_of(op)
     target = get_adapter(framework).resolve(op)
     if info is not None and linecache.getlines(info.filename):
-        lines = linecache.getlines(info.filename)
-        cell = Cell(lines[0].rstrip("\n"), "".join(lines[1:]), info.filename)
+        cell = Cell.of("".join(linecache.getlines(info.filename)), info.filename)
         code = compile_cell(cell, info.target).code
         namespace = target.raw.__globals__ if target.origin == "magic" else {}
         return {

@@ -1,11 +1,13 @@
 """%%custom_gradient's two forms, its options and config, and %gradcheck, in a real IPython shell."""
 
 import inspect
+import linecache
 
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
 
+from gradmagic import source
 from gradmagic.op import info_of
 
 SQUARE = """def square(x):
@@ -265,6 +267,16 @@ def test_help_documents_the_line_syntax_with_an_example(nb):
     ):
         assert expected in help_text
     assert "%gradcheck OP ARG=EXPR" in nb.shell.object_inspect_mime("%gradcheck")["text/plain"]
+
+
+def test_a_cell_is_its_magic_line_then_its_body_as_linecache_holds_it(nb):
+    nb.ok("%%custom_gradient square --check x=tf.constant([1., 2.])\n" + SQUARE)
+    filename = info_of(nb.ns["square"]).filename
+    cell = source.Cell.of("".join(linecache.getlines(filename)), filename)
+    assert (cell.magic_line, cell.body) == ("%%custom_gradient square --check x=tf.constant([1., 2.])", SQUARE)
+    assert cell.text == "".join(linecache.getlines(filename))
+    numbered = cell.numbered().split("\n")  # the body, each line at its line number in the cell
+    assert numbered[0] == "" and all(numbered[n - 1] == linecache.getline(filename, n)[:-1] for n in range(2, 6))
 
 
 def test_line_form_explains_it_is_a_cell_magic(nb):
