@@ -151,6 +151,16 @@ class Vjps:
     custom: np.ndarray  # [P, K, N]: through the custom gradient (K + M rows with the Jacobian)
     autodiff: np.ndarray | None  # the same through the forward's own ops; None where autodiff fails
 
+    @classmethod
+    def of(cls, outputs: np.ndarray, custom: np.ndarray, autodiff: Any) -> Vjps:
+        """From a compiled call's results; `autodiff` None where it was not taken, or where the framework could not
+        take it (it fills the result with NaN inside compiled code)."""
+        if autodiff is not None:
+            autodiff = np.asarray(autodiff)
+            if autodiff.size and np.isnan(autodiff).all():
+                autodiff = None
+        return cls(outputs, custom, autodiff)
+
 
 @dataclass(frozen=True)
 class Signs:
@@ -481,12 +491,6 @@ def native(array: np.ndarray) -> np.ndarray:
     """`array` in a dtype of NumPy's own: a float NumPy has only through ml_dtypes (bfloat16, float8) becomes float32,
     which holds it exactly, so that no NumPy function meets it (`np.finfo` refuses it, `np.result_type` mixes it)."""
     return array.astype(np.float32) if array.dtype.kind == "V" else array
-
-
-def unless_all_nan(values: Any) -> np.ndarray | None:
-    """None when a framework could not take autodiff (it fills the result with NaN inside compiled code)."""
-    values = np.asarray(values)
-    return None if values.size and np.isnan(values).all() else values
 
 
 def given(raw: Callable) -> Callable:

@@ -17,17 +17,7 @@ import keras
 import numpy as np
 from jax import tree_util
 
-from gradmagic.frameworks.base import (
-    ForwardRun,
-    GradientConvention,
-    Layout,
-    RawGraph,
-    Target,
-    TensorMeta,
-    Vjps,
-    native,
-    unless_all_nan,
-)
+from gradmagic.frameworks.base import ForwardRun, GradientConvention, Layout, RawGraph, Target, TensorMeta, Vjps, native
 from gradmagic.frameworks.cache import cache_of
 from gradmagic.frameworks.keras.common import KerasAdapter, VariableReads, closure, refuse_variables
 from gradmagic.frameworks.keras.jax_graph import GraphTracer
@@ -175,8 +165,7 @@ class KerasJaxAdapter(KerasAdapter):
             compiled = self._compiled(target, layout, f"vjps/{autodiff}/{jacobian}", compute)
             results = compiled(layout.perturbed, _padded(points), upstreams)
         outputs, custom = np.asarray(results[0])[: len(points)], np.asarray(results[1])[: len(points), kept]
-        plain_vjps = unless_all_nan(np.asarray(results[2])[: len(points), kept]) if autodiff else None
-        return Vjps(outputs, custom, plain_vjps)
+        return Vjps.of(outputs, custom, np.asarray(results[2])[: len(points), kept] if autodiff else None)
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """The Jacobian of the custom VJP J(z)^T u, by `jax.jacrev` through the gradient function."""

@@ -28,16 +28,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gradmagic.frameworks.base import (
-    ForwardRun,
-    GradientConvention,
-    Layout,
-    RawGraph,
-    Target,
-    TensorMeta,
-    Vjps,
-    native,
-)
+from gradmagic.frameworks.base import ForwardRun, GradientConvention, Layout, RawGraph, Target, TensorMeta, Vjps, native
 from gradmagic.frameworks.keras.common import KerasAdapter, VariableReads, refuse_variables
 from gradmagic.frameworks.keras.torch_graph import GraphRecorder
 from gradmagic.frameworks.keras.torch_values import OnZ, dtype_name, grad, to_tensor, torch_dtype, vjp_rows
