@@ -42,61 +42,60 @@ def _option(trait: type, name: str, help: str):
 
 
 def _check_arguments(magic):
-    """--rtol, --atol, --eps, --order, --graph/--no-graph, --sweep, --backends, --surrogate, shared by both magics
+    """--rtol, --atol, --eps, --order, --graph/--no-graph, --backends, --surrogate, --sweep, shared by both magics
     (defaults: the traits)."""
-    magic = magic_arguments.argument(
+
+    def argument(flag: str, help: str, **settings) -> None:
+        nonlocal magic
+        magic = magic_arguments.argument(flag, default=None, help=help, **settings)(magic)
+
+    # Each decorates the magic in turn: the last added shows first in its help.
+    argument(
         "--sweep",
-        action="store_true",
-        default=None,
-        help="Also compute the sweep with this check (full mode: a scalar input, or an input the op is element-wise "
-        "in, swept; the output and its derivative three ways drawn along it), so that the saved notebook shows it. "
+        "Also compute the sweep with this check (full mode: a scalar input, or an input the op is element-wise in, "
+        "swept; the output and its derivative three ways drawn along it), so that the saved notebook shows it. "
         "Without it the live report's Sweep computes it when asked (default: %%config GradientMagics.sweep).",
-    )(magic)
-    magic = magic_arguments.argument(
+        action="store_true",
+    )
+    argument(
         "--surrogate",
+        "The custom gradient is deliberately not the derivative (a straight-through estimator, gradient clipping, "
+        "reversal, a scaled or stopped gradient): show how it differs from the true derivative instead of failing. "
+        "Structure, shape and dtype problems still fail. Kept with the op for %%gradcheck.",
         action="store_true",
-        default=None,
-        help="The custom gradient is deliberately not the derivative (a straight-through estimator, gradient "
-        "clipping, reversal, a scaled or stopped gradient): show how it differs from the true derivative instead "
-        "of failing. Structure, shape and dtype problems still fail. Kept with the op for %%gradcheck.",
-    )(magic)
-    magic = magic_arguments.argument(
+    )
+    argument(
         "--backends",
-        default=None,
-        metavar="all|NAME,NAME",
-        help="Keras ops: also check on these Keras backends (tensorflow, jax, torch; 'all': every one "
+        f"Keras ops: also check on these Keras backends ({', '.join(frameworks.KERAS_BACKENDS)}; 'all': every one "
         "installed), each in its own process, and show a verdict per backend.",
-    )(magic)
-    magic = magic_arguments.argument(
-        "--no-graph",
-        dest="graph",
-        action="store_false",
-        default=None,
-        help="Leave the gradient graph out of the report.",
-    )(magic)
-    magic = magic_arguments.argument(
-        "--graph",
-        dest="graph",
-        action="store_true",
-        default=None,
-        help="Show the gradient graph (default: %%config GradientMagics.graph)",
-    )(magic)
-    magic = magic_arguments.argument(
+        metavar="all|NAME,NAME",
+    )
+    argument("--no-graph", "Leave the gradient graph out of the report.", dest="graph", action="store_false")
+    argument(
+        "--graph", "Show the gradient graph (default: %%config GradientMagics.graph)", dest="graph", action="store_true"
+    )
+    argument(
         "--order",
+        "2: also check the derivative of the custom gradient (default: %%config GradientMagics.order)",
         type=int,
         choices=(1, 2),
-        default=None,
-        help="2: also check the derivative of the custom gradient (default: %%config GradientMagics.order)",
-    )(magic)
+    )
     for flag in ("--eps", "--atol", "--rtol"):
-        magic = magic_arguments.argument(
-            flag,
-            type=float,
-            default=None,
-            metavar="X",
-            help=f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})",
-        )(magic)
+        argument(
+            flag, f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})", type=float, metavar="X"
+        )
     return magic
+
+
+def _op_arguments(magic):
+    """OP and its example inputs, ARG=EXPR ..., of the line magics that take an op of the notebook."""
+    magic = magic_arguments.argument(
+        "examples",
+        nargs="*",
+        metavar="ARG=EXPR",
+        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
+    )(magic)
+    return magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")(magic)
 
 
 def _unchanged_op(previous, function, adapter):
@@ -326,13 +325,7 @@ class GradientMagics(Magics):
         return None if quiet and report.ok else report
 
     @magic_arguments.magic_arguments()
-    @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
-    @magic_arguments.argument(
-        "examples",
-        nargs="*",
-        metavar="ARG=EXPR",
-        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
-    )
+    @_op_arguments
     @_check_arguments
     @no_var_expand
     @line_magic
@@ -361,13 +354,7 @@ class GradientMagics(Magics):
             raise _usage(str(error)) from None
 
     @magic_arguments.magic_arguments()
-    @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
-    @magic_arguments.argument(
-        "examples",
-        nargs="*",
-        metavar="ARG=EXPR",
-        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
-    )
+    @_op_arguments
     @magic_arguments.argument("--raw", action="store_true", help="Keep every traced op (no folding of plumbing).")
     @no_var_expand
     @line_magic

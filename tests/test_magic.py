@@ -2,6 +2,7 @@
 
 import inspect
 import linecache
+import re
 
 import numpy as np
 import pytest
@@ -267,6 +268,14 @@ def test_help_documents_the_line_syntax_with_an_example(nb):
     ):
         assert expected in help_text
     assert "%gradcheck OP ARG=EXPR" in nb.shell.object_inspect_mime("%gradcheck")["text/plain"]
+    # The check options, in this order, on both magics; the Keras backends named from frameworks/names.py.
+    options = ["--rtol", "--atol", "--eps", "--order", "--graph", "--no-graph", "--backends", "--surrogate", "--sweep"]
+    for magic in ("%custom_gradient", "%gradcheck"):
+        help_text = nb.shell.object_inspect_mime(magic)["text/plain"]
+        assert [flag for flag in re.findall(r"^  (--[\w-]+)", help_text, re.M) if flag in options] == options
+        words = " ".join(help_text.split())
+        assert "Keras backends (tensorflow, jax, torch; 'all': every one installed)" in words
+        assert "(default: %config GradientMagics.sweep)" in words
 
 
 def test_a_cell_is_its_magic_line_then_its_body_as_linecache_holds_it(nb):
