@@ -14,6 +14,7 @@ import keras
 
 from gradmagic.frameworks.base import Adapter, Layout
 from gradmagic.frameworks.cache import made_from
+from gradmagic.frameworks.names import backend_name
 
 
 class KerasAdapter(Adapter):
@@ -73,8 +74,8 @@ def refuse_variables(layout: Layout, backend: str) -> None:
     """The structure checks stop at a closed-over variable on JAX and PyTorch (`GradientConvention.variables`)."""
     if layout.variables:
         raise NotImplementedError(
-            f"On Keras's {backend} backend keras.ops.custom_gradient gives no gradient for closed-over variables; "
-            "pass them as inputs to check them."
+            f"On Keras's {backend_name(backend)} backend keras.ops.custom_gradient gives no gradient for closed-over "
+            "variables; pass them as inputs to check them."
         )
 
 

@@ -113,7 +113,7 @@ class KerasJaxAdapter(KerasAdapter):
         return ForwardRun(result, variables, wide and _narrows_float64(call))
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
 
         def compute(perturbed, offsets, signs, *upstream):
             forward = on_z(layout, perturbed)(target.forward)
@@ -134,7 +134,7 @@ class KerasJaxAdapter(KerasAdapter):
             return np.asarray(values)[:, : len(offsets)]
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
 
         def compute(perturbed, points, upstreams):
             of_z = on_z(layout, perturbed)
@@ -169,7 +169,7 @@ class KerasJaxAdapter(KerasAdapter):
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """The Jacobian of the custom VJP J(z)^T u, by `jax.jacrev` through the gradient function."""
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
 
         def compute(perturbed, upstream):
             of_z = on_z(layout, perturbed)
@@ -186,7 +186,7 @@ class KerasJaxAdapter(KerasAdapter):
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         """The jaxprs of the forward (with the residuals `jax.vjp` keeps) and of the backward, as one graph."""
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
         with x64(needs_x64(*layout.inputs, *upstreams)):
             return GraphTracer(target, layout, upstreams, arguments).trace()
 

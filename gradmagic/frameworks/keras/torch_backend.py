@@ -112,7 +112,7 @@ class KerasTorchAdapter(KerasAdapter):
         return ForwardRun(result, variables, wide and watch.narrowed)
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         on_z = OnZ(target, layout, np.dtype(offsets.dtype))
         z = torch.cat([leaf.reshape(-1).to(on_z.dtype) for leaf in layout.perturbed])
         displaced = _tensor(offsets)
@@ -122,7 +122,7 @@ class KerasTorchAdapter(KerasAdapter):
         return evaluations.numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         on_z = OnZ(target, layout, np.dtype(points.dtype))
         given = _tensor(upstreams, dtype=on_z.dtype)
         outputs, custom, plain = [], [], []
@@ -149,7 +149,7 @@ class KerasTorchAdapter(KerasAdapter):
         Jacobian is then zero where they matter, as nested `torch.autograd.grad`
         calls compute it.
         """
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         on_z = OnZ(target, layout, np.dtype(upstream.dtype))
         z = torch.cat([leaf.reshape(-1).to(on_z.dtype) for leaf in layout.perturbed])
         point = z.clone().requires_grad_()
@@ -162,7 +162,7 @@ class KerasTorchAdapter(KerasAdapter):
 
         `arguments` gives (kind, label) for each input leaf, then each upstream gradient.
         """
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         return GraphRecorder(target, layout, upstreams, arguments).trace()
 
 
