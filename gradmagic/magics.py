@@ -26,6 +26,7 @@ from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, interrupts_in_user_frames
+from gradmagic.frameworks.cache import function_of
 from gradmagic.magic_line import is_example_input, split_words
 from gradmagic.op import OpInfo, attach, info_of
 from gradmagic.report import display_text
@@ -41,66 +42,65 @@ def _option(trait: type, name: str, help: str):
 
 
 def _check_arguments(magic):
-    """--rtol, --atol, --eps, --order, --graph/--no-graph, --sweep, --backends, --surrogate, shared by both magics
+    """--rtol, --atol, --eps, --order, --graph/--no-graph, --backends, --surrogate, --sweep, shared by both magics
     (defaults: the traits)."""
-    magic = magic_arguments.argument(
+
+    def argument(flag: str, help: str, **settings) -> None:
+        nonlocal magic
+        magic = magic_arguments.argument(flag, default=None, help=help, **settings)(magic)
+
+    # Each decorates the magic in turn: the last added shows first in its help.
+    argument(
         "--sweep",
-        action="store_true",
-        default=None,
-        help="Also compute the sweep with this check (full mode: a scalar input, or an input the op is element-wise "
-        "in, swept; the output and its derivative three ways drawn along it), so that the saved notebook shows it. "
+        "Also compute the sweep with this check (full mode: a scalar input, or an input the op is element-wise in, "
+        "swept; the output and its derivative three ways drawn along it), so that the saved notebook shows it. "
         "Without it the live report's Sweep computes it when asked (default: %%config GradientMagics.sweep).",
-    )(magic)
-    magic = magic_arguments.argument(
+        action="store_true",
+    )
+    argument(
         "--surrogate",
+        "The custom gradient is deliberately not the derivative (a straight-through estimator, gradient clipping, "
+        "reversal, a scaled or stopped gradient): show how it differs from the true derivative instead of failing. "
+        "Structure, shape and dtype problems still fail. Kept with the op for %%gradcheck.",
         action="store_true",
-        default=None,
-        help="The custom gradient is deliberately not the derivative (a straight-through estimator, gradient "
-        "clipping, reversal, a scaled or stopped gradient): show how it differs from the true derivative instead "
-        "of failing. Structure, shape and dtype problems still fail. Kept with the op for %%gradcheck.",
-    )(magic)
-    magic = magic_arguments.argument(
+    )
+    argument(
         "--backends",
-        default=None,
-        metavar="all|NAME,NAME",
-        help="Keras ops: also check on these Keras backends (tensorflow, jax, torch; 'all': every one "
+        f"Keras ops: also check on these Keras backends ({', '.join(frameworks.KERAS_BACKENDS)}; 'all': every one "
         "installed), each in its own process, and show a verdict per backend.",
-    )(magic)
-    magic = magic_arguments.argument(
-        "--no-graph",
-        dest="graph",
-        action="store_false",
-        default=None,
-        help="Leave the gradient graph out of the report.",
-    )(magic)
-    magic = magic_arguments.argument(
-        "--graph",
-        dest="graph",
-        action="store_true",
-        default=None,
-        help="Show the gradient graph (default: %%config GradientMagics.graph)",
-    )(magic)
-    magic = magic_arguments.argument(
+        metavar="all|NAME,NAME",
+    )
+    argument("--no-graph", "Leave the gradient graph out of the report.", dest="graph", action="store_false")
+    argument(
+        "--graph", "Show the gradient graph (default: %%config GradientMagics.graph)", dest="graph", action="store_true"
+    )
+    argument(
         "--order",
+        "2: also check the derivative of the custom gradient (default: %%config GradientMagics.order)",
         type=int,
         choices=(1, 2),
-        default=None,
-        help="2: also check the derivative of the custom gradient (default: %%config GradientMagics.order)",
-    )(magic)
+    )
     for flag in ("--eps", "--atol", "--rtol"):
-        magic = magic_arguments.argument(
-            flag,
-            type=float,
-            default=None,
-            metavar="X",
-            help=f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})",
-        )(magic)
+        argument(
+            flag, f"{flag[2:]} for this check (default: %%config GradientMagics.{flag[2:]})", type=float, metavar="X"
+        )
     return magic
+
+
+def _op_arguments(magic):
+    """OP and its example inputs, ARG=EXPR ..., of the line magics that take an op of the notebook."""
+    magic = magic_arguments.argument(
+        "examples",
+        nargs="*",
+        metavar="ARG=EXPR",
+        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
+    )(magic)
+    return magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")(magic)
 
 
 def _unchanged_op(previous, function, adapter):
     """`previous` (the op the cell made when it last ran) if the cell ran again unchanged: the op keeps its traces."""
-    raw = getattr(previous, "_gradmagic_function", None)
+    raw = function_of(previous)
     info = info_of(previous)
     if raw is None or info is None or info.framework != adapter.name or not adapter.keeps_unchanged_ops:
         return None
@@ -267,8 +267,7 @@ class GradientMagics(Magics):
             )
         run_check = self.check if options.run_check is None else options.run_check
         quiet = self.quiet if options.quiet is None else options.quiet
-        magic_line = f"%%custom_gradient {line}".rstrip()
-        cell_source = source.Cell(magic_line, cell, self._register_cell(f"{magic_line}\n{cell}"))
+        cell_source = source.Cell.typed("custom_gradient", line, cell, self._register_cell)
         try:
             examples = example_inputs.parse_example_inputs(options.examples)
             settings = self._settings(options, "keras" if options.keras else self.framework)
@@ -326,13 +325,7 @@ class GradientMagics(Magics):
         return None if quiet and report.ok else report
 
     @magic_arguments.magic_arguments()
-    @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
-    @magic_arguments.argument(
-        "examples",
-        nargs="*",
-        metavar="ARG=EXPR",
-        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
-    )
+    @_op_arguments
     @_check_arguments
     @no_var_expand
     @line_magic
@@ -361,13 +354,7 @@ class GradientMagics(Magics):
             raise _usage(str(error)) from None
 
     @magic_arguments.magic_arguments()
-    @magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")
-    @magic_arguments.argument(
-        "examples",
-        nargs="*",
-        metavar="ARG=EXPR",
-        help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
-    )
+    @_op_arguments
     @magic_arguments.argument("--raw", action="store_true", help="Keep every traced op (no folding of plumbing).")
     @no_var_expand
     @line_magic
@@ -484,7 +471,7 @@ class GradientMagics(Magics):
             watch = Watch(check=options.run_check, memory_limit=memory, surrogates=options.surrogates, **settings)
         except GradmagicError as error:  # a bad %config value, named
             raise _usage(str(error)) from None
-        statements, last = self._compile_watched(f"%%gradwatch {line}".rstrip(), cell)
+        statements, last = self._compile_watched(source.Cell.typed("gradwatch", line, cell, self._register_cell))
         started = contextlib.ExitStack()
         try:
             started.enter_context(watch)
@@ -509,13 +496,13 @@ class GradientMagics(Magics):
             self.shell.user_ns[name] = report
         return report
 
-    def _compile_watched(self, magic_line: str, cell: str):
+    def _compile_watched(self, cell: source.Cell):
         """The cell's statements, and its last expression (shown as a cell's value), compiled as IPython compiles a
         cell: magics and shell escapes transformed, named after the cell for tracebacks, the magic line being line
         1."""
-        filename = self._register_cell(f"{magic_line}\n{cell}")
+        filename = cell.filename
         try:
-            tree = self.shell.compile.ast_parse("\n" + self.shell.transform_cell(cell), filename)
+            tree = self.shell.compile.ast_parse(cell.numbered(self.shell.transform_cell(cell.body)), filename)
         except SyntaxError as error:
             raise _usage(self._syntax_error_message(error, filename)) from None
         tree = self.shell.transform_ast(tree)

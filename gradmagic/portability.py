@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import dis
-import importlib.util
+import importlib
 import inspect
 import json
 import linecache
@@ -35,8 +35,8 @@ import numpy as np
 
 from gradmagic import checking
 from gradmagic.checking.options import CheckOptions
-from gradmagic.frameworks import PACKAGES, is_keras_variable
-from gradmagic.frameworks.wording import backend_name
+from gradmagic.frameworks import PACKAGES, get_adapter, installed, is_keras_variable
+from gradmagic.frameworks.names import backend_name
 from gradmagic.op import info_of
 from gradmagic.report import BackendResult, Problem, Report
 from gradmagic.source import Cell, compile_cell
@@ -48,11 +48,6 @@ _SUBPROCESS_OPTIONS = {"graph": False, "sweep": False, "backends": ()}
 
 class NotPortable(Exception):
     """The op or its inputs cannot be sent to another process; the message says what and why."""
-
-
-def installed(backend: str) -> bool:
-    """Whether `backend`'s package can be imported here (without importing it)."""
-    return importlib.util.find_spec(PACKAGES[backend].module) is not None
 
 
 def with_backends(
@@ -109,7 +104,7 @@ def check_backends(
         try:
             payload = pickle.dumps(
                 {
-                    "recipe": recipe_for(op),
+                    "recipe": recipe_for(op, options.framework),
                     "args": _to_arrays(args),
                     "kwargs": _to_arrays(kwargs),
                     "options": {**dataclasses.asdict(options), **_SUBPROCESS_OPTIONS},
@@ -214,15 +209,15 @@ class _Global:
     data: Any
 
 
-def recipe_for(op: Callable) -> dict:
-    """How another process rebuilds `op`: its source (cell or function) and the globals it reads."""
+def recipe_for(op: Callable, framework: str = "keras") -> dict:
+    """How another process rebuilds `op`: its source (cell or function) and the globals it reads. The function is the
+    one `framework`'s adapter checks behind `op` (`Adapter.resolve`)."""
     info = info_of(op)
+    target = get_adapter(framework).resolve(op)
     if info is not None and linecache.getlines(info.filename):
-        lines = linecache.getlines(info.filename)
-        cell = Cell(lines[0].rstrip("\n"), "".join(lines[1:]), info.filename)
+        cell = Cell.of("".join(linecache.getlines(info.filename)), info.filename)
         code = compile_cell(cell, info.target).code
-        function = getattr(op, "_gradmagic_function", None)
-        namespace = function.__globals__ if function is not None else {}
+        namespace = target.raw.__globals__ if target.origin == "magic" else {}
         return {
             "kind": "cell",
             "magic_line": cell.magic_line,
@@ -232,7 +227,10 @@ def recipe_for(op: Callable) -> dict:
             "name": info.name,
             "globals": _globals_of(code, namespace, _module_level_names(code)),
         }
-    function = _raw_function(op)
+    # A plain callable that is no function (a callable object, a partial) is checked through a function made for it.
+    function = target.raw if target.origin != "plain" or target.raw is op else op
+    if not isinstance(function, types.FunctionType):
+        raise NotPortable(f"`{_name(op)}` is a {type(op).__name__}, not a function whose source can be sent")
     try:
         lines, first = inspect.getsourcelines(function)
     except (OSError, TypeError) as error:
@@ -244,21 +242,6 @@ def recipe_for(op: Callable) -> dict:
         "name": function.__name__,
         "globals": _globals_of(function.__code__, function.__globals__, set(), closure=function),
     }
-
-
-def _raw_function(op: Callable) -> types.FunctionType:
-    """The user's function behind an op decorated by gradmagic or by hand, else the op itself."""
-    seen = op
-    for attribute in ("_gradmagic_function", "__wrapped__", "forward_fn"):
-        inner = getattr(seen, attribute, None)
-        if isinstance(inner, types.FunctionType):
-            seen = inner
-    decorator = getattr(seen, "_tf_decorator", None)
-    if decorator is not None:
-        seen = decorator.decorated_target
-    if not isinstance(seen, types.FunctionType):
-        raise NotPortable(f"`{_name(op)}` is a {type(op).__name__}, not a function whose source can be sent")
-    return seen
 
 
 def _globals_of(

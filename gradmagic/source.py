@@ -19,22 +19,46 @@ import ast
 import functools
 import types
 from dataclasses import dataclass
+from typing import Callable
 
 from gradmagic.errors import CellError
 
 
 @dataclass(frozen=True)
 class Cell:
-    """A `%%custom_gradient` cell as the user sees it."""
+    """A cell of one of gradmagic's cell magics as the user sees it: the magic line is line 1, the body starts on line
+    2. This class is where that holds: the cell's text is made, split and numbered here only."""
 
-    magic_line: str
+    magic_line: str  # `%%custom_gradient log1pexp(x)`
     body: str
-    filename: str
+    filename: str  # the cell's name in `linecache`
+
+    @classmethod
+    def typed(cls, magic: str, line: str, body: str, register: Callable[[str], str]) -> Cell:
+        """The cell the user typed: cell magic `magic` with `line`, over `body`; `register(text)` puts the cell's text
+        in `linecache` and returns its name there."""
+        magic_line = f"%%{magic} {line}".rstrip()
+        return cls(magic_line, body, register(_cell_text(magic_line, body)))
+
+    @classmethod
+    def of(cls, text: str, filename: str) -> Cell:
+        """The cell whose text (as registered in `linecache` under `filename`) is `text`."""
+        magic_line, _, body = text.partition("\n")
+        return cls(magic_line, body, filename)
 
     @property
     def text(self) -> str:
         """The whole cell, magic line first, as registered in `linecache`."""
-        return f"{self.magic_line}\n{self.body}"
+        return _cell_text(self.magic_line, self.body)
+
+    def numbered(self, body: str | None = None) -> str:
+        """The body (or `body`, the body as IPython transforms it) as Python source numbered as the cell is, the magic
+        line's place left empty."""
+        return "\n" + (self.body if body is None else body)
+
+
+def _cell_text(magic_line: str, body: str) -> str:
+    return f"{magic_line}\n{body}"
 
 
 @dataclass(frozen=True)
@@ -67,8 +91,7 @@ def compile_cell(cell: Cell, target: str | None) -> CompiledCell:
 
 
 def _parse_body(cell: Cell) -> ast.Module:
-    # The leading newline makes line numbers those of the cell.
-    return ast.parse("\n" + cell.body, cell.filename)
+    return ast.parse(cell.numbered(), cell.filename)
 
 
 def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:

@@ -1,18 +1,12 @@
-"""Issue 18, measured: every case of the real-world corpus (benchmarks/corpus.py) meets its expectation.
+"""Issue 18, measured: every case of the real-world corpus (tests/corpus.py) meets its expectation.
 
 Correct ops pass with no error and no unexpected warning, bugs fail with the codes that name them (at the wrong
 element, where they have one), declared surrogates read "surrogate", undeclared ones fail naming their pattern.
 A case gradmagic does not meet yet is a strict xfail with its reason, so that fixing it shows.
 """
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from corpus import BUG, CASES, CORRECT, SURROGATE, judge, run_case  # noqa: E402
+from corpus import BUG, CASES, CORRECT, SURROGATE, judge, run_case
 
 
 def _param(case):

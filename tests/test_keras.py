@@ -1,6 +1,8 @@
 """Keras 3 `keras.ops.custom_gradient`: the magic's --keras, the seed's three forms of log1pexp, and the
 portability check (--backends), whose other backends run in real subprocesses with real JAX and PyTorch."""
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ from conftest import codes, problem
 from IPython.core.error import UsageError
 
 import gradmagic
+from gradmagic import portability
 from gradmagic.checking.structure import PORTABLE_FORM
 from gradmagic.render.text import render_text
 
@@ -114,6 +117,39 @@ def test_backends_needs_keras_and_known_names(knb):
 
 
 # -- the portability check: each backend in its own process -----------------------------------------------------
+
+
+@keras.ops.custom_gradient
+def _hand_decorated_cube(x):
+    return x * x * x, lambda upstream: upstream * 3 * x * x
+
+
+def _plain_cube(x):
+    return x * x * x, lambda upstream: upstream * 3 * x * x
+
+
+class _CallableCube:
+    def __call__(self, x):
+        return _plain_cube(x)
+
+
+def test_what_travels_to_the_other_backends_is_the_function_the_check_resolved():
+    for op in (_hand_decorated_cube, _plain_cube):
+        recipe = portability.recipe_for(op)
+        assert (recipe["kind"], recipe["name"]) == ("function", op.__name__), recipe
+        assert (
+            recipe["source"]
+            .lstrip()
+            .startswith(
+                "@keras.ops.custom_gradient\ndef _hand_decorated_cube"
+                if op is _hand_decorated_cube
+                else "def _plain_cube"
+            )
+        )
+        assert recipe["filename"] == __file__
+    for op in (_CallableCube(), functools.partial(_plain_cube)):
+        with pytest.raises(portability.NotPortable, match="not a function whose source can be sent"):
+            portability.recipe_for(op)
 
 
 def backend_verdicts(report) -> dict:

@@ -225,6 +225,18 @@ def scaled(x, scale=1.0):
     assert "Python values of tensors" not in found.message
 
 
+def test_a_python_if_on_a_vector_is_explained_in_keras_words():
+    setup = """
+def doubled_where_positive(x):
+    y = x * 2.0 if x > 0 else x
+    return y, lambda upstream: upstream * 2.0
+"""
+    report = check_in_backend("jax", setup, "doubled_where_positive, np.array([-1.0, 0.0, 1.0], np.float32)")
+    found = problem(report, "forward-error")
+    assert "A Python `if` needs a scalar predicate" in found.message and "tf." not in found.message, found.message
+    assert "`ops.where(condition, a, b)`" in found.message
+
+
 def test_redefined_ops_and_their_compiled_functions_are_freed():
     result = in_jax(
         textwrap.dedent(

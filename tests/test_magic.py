@@ -1,11 +1,14 @@
 """%%custom_gradient's two forms, its options and config, and %gradcheck, in a real IPython shell."""
 
 import inspect
+import linecache
+import re
 
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
 
+from gradmagic import source
 from gradmagic.op import info_of
 
 SQUARE = """def square(x):
@@ -265,6 +268,24 @@ def test_help_documents_the_line_syntax_with_an_example(nb):
     ):
         assert expected in help_text
     assert "%gradcheck OP ARG=EXPR" in nb.shell.object_inspect_mime("%gradcheck")["text/plain"]
+    # The check options, in this order, on both magics; the Keras backends named from frameworks/names.py.
+    options = ["--rtol", "--atol", "--eps", "--order", "--graph", "--no-graph", "--backends", "--surrogate", "--sweep"]
+    for magic in ("%custom_gradient", "%gradcheck"):
+        help_text = nb.shell.object_inspect_mime(magic)["text/plain"]
+        assert [flag for flag in re.findall(r"^  (--[\w-]+)", help_text, re.M) if flag in options] == options
+        words = " ".join(help_text.split())
+        assert "Keras backends (tensorflow, jax, torch; 'all': every one installed)" in words
+        assert "(default: %config GradientMagics.sweep)" in words
+
+
+def test_a_cell_is_its_magic_line_then_its_body_as_linecache_holds_it(nb):
+    nb.ok("%%custom_gradient square --check x=tf.constant([1., 2.])\n" + SQUARE)
+    filename = info_of(nb.ns["square"]).filename
+    cell = source.Cell.of("".join(linecache.getlines(filename)), filename)
+    assert (cell.magic_line, cell.body) == ("%%custom_gradient square --check x=tf.constant([1., 2.])", SQUARE)
+    assert cell.text == "".join(linecache.getlines(filename))
+    numbered = cell.numbered().split("\n")  # the body, each line at its line number in the cell
+    assert numbered[0] == "" and all(numbered[n - 1] == linecache.getline(filename, n)[:-1] for n in range(2, 6))
 
 
 def test_line_form_explains_it_is_a_cell_magic(nb):

@@ -22,7 +22,7 @@ from gradmagic.checking.findings import LISTED, Findings, identifier, listing, p
 from gradmagic.checking.run import CheckInputs, CheckRun, Trial
 from gradmagic.checking.side_effects import StateWatch, code_names, unwrapped
 from gradmagic.checking.source_lines import decorator_names, error_line, first_line, return_line, returned_names
-from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, Target, TensorMeta
+from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, Target, TensorMeta, given
 from gradmagic.report import TensorRow, element_label
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
@@ -487,8 +487,7 @@ def _input_gradients(run: CheckRun, names: list[str], returned: Any, line: int |
 
 def _partial_note(raw: Any) -> str:
     """For an op given as a `functools.partial` that binds arguments by position: what that does to its inputs."""
-    while not isinstance(raw, functools.partial) and hasattr(raw, "_gradmagic_wraps"):
-        raw = raw._gradmagic_wraps
+    raw = given(raw)
     if not isinstance(raw, functools.partial) or not raw.args:
         return ""
     return (
@@ -833,7 +832,7 @@ def _raised(what: str, findings: Findings, error: Exception, grad_fn: Any = None
     message = f"The {what} of `{findings.name}` raised {type(error).__name__}: {_first_lines(wording.message(error))}"
     if wording.is_ambiguous_truth(error):
         message += (
-            " A Python `if` (or `tf.cond`) needs a scalar predicate; for an element-wise choice use "
+            f" {wording.conditional} needs a scalar predicate; for an element-wise choice use "
             f"`{wording.where}(condition, a, b)`, which also keeps the gradient element-wise."
         )
     elif grad_fn is not None and isinstance(error, TypeError) and "positional argument" in str(error):

@@ -20,8 +20,6 @@ from gradmagic.checking.run import CheckRun
 from gradmagic.frameworks.base import Layout
 from gradmagic.report import JacobianBlock, Numerics, Problem, Sweep, element_label
 
-#: Points along the sweep.
-POINTS = 201
 #: Off-diagonal numerical derivatives below this fraction of the largest mark an element-wise block.
 ELEMENTWISE_FRACTION = 1e-12
 #: An element-wise block is read off its finite off-diagonal entries; at least this fraction of them must be finite.
@@ -48,7 +46,7 @@ def sweep_along(run: CheckRun, precise: Layout, numerics: Numerics) -> Sweep | N
     else:
         values = z[column : column + 1]
     own = run.precision(run.layout)
-    points = rounded_to(_points(values, options.sweep_range, options.sweep_points or POINTS).astype(z.dtype), own)
+    points = rounded_to(_points(values, options.sweep_range, options.sweep_points).astype(z.dtype), own)
 
     along = np.repeat(z[None], points.size, axis=0)
     along[:, column] = points

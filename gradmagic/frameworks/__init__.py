@@ -8,43 +8,24 @@
 
 `get_adapter` imports a framework only when asked, so `%load_ext gradmagic`
 stays light, and turns a missing framework into a message saying what to
-install.
+install. The frameworks' and Keras backends' names are in one table,
+`names.py`; what this process has of them is asked here (`installed`,
+`keras_backend`, `is_keras_variable`), without importing them.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from gradmagic.errors import FrameworkUnavailable
+from gradmagic.frameworks.names import KERAS_BACKENDS, NAMES, PACKAGES
 
 if TYPE_CHECKING:  # the interface's module imports NumPy: not at `%load_ext gradmagic`
     from gradmagic.frameworks.base import Adapter
-
-#: Names accepted by `get_adapter` (and `%config GradientMagics.framework`).
-NAMES = ("tensorflow", "keras")
-#: Keras 3's backends gradmagic checks on, in the order the portability table lists them.
-KERAS_BACKENDS = ("tensorflow", "jax", "torch")
-
-
-@dataclass(frozen=True)
-class Package:
-    """What a framework or backend is imported as, and gradmagic's extra that installs it."""
-
-    module: str
-    extra: str
-    display_name: str
-
-
-PACKAGES = {
-    "tensorflow": Package("tensorflow", "tensorflow", "TensorFlow"),
-    "keras": Package("keras", "tensorflow", "Keras 3"),
-    "jax": Package("jax", "jax", "JAX"),
-    "torch": Package("torch", "torch", "PyTorch"),
-}
 
 
 def get_adapter(name: str) -> Adapter:
@@ -81,6 +62,21 @@ def get_watcher() -> ModuleType:
     return _import("gradmagic.frameworks.tensorflow.watching", "tensorflow")
 
 
+def installed(name: str) -> bool:
+    """Whether the package of framework or Keras backend `name` can be imported here (without importing it)."""
+    return importlib.util.find_spec(PACKAGES[name].module) is not None
+
+
+def keras_backend() -> str | None:
+    """The backend Keras runs on in this process; None where Keras is not imported (it is not imported here) or
+    cannot say (a Keras too old or half imported)."""
+    keras = sys.modules.get("keras")
+    try:
+        return keras.config.backend() if keras is not None else None
+    except Exception:  # noqa: BLE001 - nothing to say
+        return None
+
+
 def is_keras_variable(value: object) -> bool:
     """Whether `value` is a Keras variable (without importing Keras: a process that has none has no such value)."""
     keras = sys.modules.get("keras")
@@ -94,13 +90,9 @@ def _import(module: str, framework: str) -> ModuleType:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:
         missing = (error.name or "").split(".")[0]
-        if framework == "keras" and missing in (
-            "jax",
-            "jaxlib",
-            "torch",
-            "tensorflow",
-        ):  # Keras is there, its backend not
-            extra = PACKAGES["jax" if missing == "jaxlib" else missing].extra
+        backend = "jax" if missing == "jaxlib" else missing
+        if framework == "keras" and backend in KERAS_BACKENDS:  # Keras is there, its backend not
+            extra = PACKAGES[backend].extra
             raise FrameworkUnavailable(
                 f"Keras is set to run on {missing} (KERAS_BACKEND), which is not installed for this kernel's "
                 f"Python ({sys.executable}). Install it with\n"

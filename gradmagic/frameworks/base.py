@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager
 
 import numpy as np
 
-from gradmagic.frameworks.cache import cache_of
+from gradmagic.frameworks.cache import cache_of, function_of
 from gradmagic.frameworks.wording import Wording
 
 
@@ -150,6 +150,16 @@ class Vjps:
     outputs: np.ndarray  # [P, M]: the forward's flat floating outputs at each point
     custom: np.ndarray  # [P, K, N]: through the custom gradient (K + M rows with the Jacobian)
     autodiff: np.ndarray | None  # the same through the forward's own ops; None where autodiff fails
+
+    @classmethod
+    def of(cls, outputs: np.ndarray, custom: np.ndarray, autodiff: Any) -> Vjps:
+        """From a compiled call's results; `autodiff` None where it was not taken, or where the framework could not
+        take it (it fills the result with NaN inside compiled code)."""
+        if autodiff is not None:
+            autodiff = np.asarray(autodiff)
+            if autodiff.size and np.isnan(autodiff).all():
+                autodiff = None
+        return cls(outputs, custom, autodiff)
 
 
 @dataclass(frozen=True)
@@ -324,8 +334,9 @@ class Adapter(abc.ABC):
             if inner.origin in ("magic", "decorated"):
                 raw = functools.partial(inner.raw, *op.args, **op.keywords)
                 return self._target(raw, op, inner.origin, inner.raw)
-        if hasattr(op, "_gradmagic_function"):
-            return self._target(op._gradmagic_function, op, "magic")
+        function = function_of(op)
+        if function is not None:
+            return self._target(function, op, "magic")
         unwrapped = self._unwrap(op)
         if unwrapped is not None:
             raw, origin = unwrapped
@@ -482,10 +493,10 @@ def native(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float32) if array.dtype.kind == "V" else array
 
 
-def unless_all_nan(values: Any) -> np.ndarray | None:
-    """None when a framework could not take autodiff (it fills the result with NaN inside compiled code)."""
-    values = np.asarray(values)
-    return None if values.size and np.isnan(values).all() else values
+def given(raw: Callable) -> Callable:
+    """What the user gave for a target's raw function: the callable (a `functools.partial`, a callable object) that
+    `Adapter.resolve` wrapped in a named function to decorate it, else `raw` itself."""
+    return getattr(raw, "_gradmagic_wraps", raw)
 
 
 def _innermost(function: Any) -> Any:

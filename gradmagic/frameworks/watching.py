@@ -62,8 +62,11 @@ class Recorder(Protocol):
 
 @dataclass(frozen=True)
 class Instrumentation:
-    """What a framework's recording is, and what it changed for the watch (each put back when the watch ends)."""
+    """What a framework's recording is, what it changed for the watch (each put back when the watch ends), and what
+    it could not record."""
 
     framework: str
     version: str
-    notes: list[str]  # filled while the watch runs: what the watch changed, e.g. a Keras model run without XLA
+    #: Filled while the watch runs and when it ends: what the watch changed (a Keras model run without XLA), what it
+    #: could not record (custom-gradient ops of Keras's JAX backend).
+    notes: list[str]

@@ -11,19 +11,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Keras backends as users name them.
-BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
-#: Keras 3's ops, as advice names them on every backend.
-KERAS_OPS = {
-    "zeros_like": "ops.zeros_like",
-    "cast": "ops.cast",
-    "reduce_sum": "ops.sum",
-    "reshape": "ops.reshape",
-    "where": "ops.where",
-    "softplus": "ops.softplus",
-    "stop_gradient": "ops.stop_gradient",
-    "einsum": "ops.einsum",
-}
+from gradmagic.frameworks.names import backend_name
+
+#: The ops advice names, by the `Wording` fields that spell them (TensorFlow's names).
+ADVISED_OPS = ("zeros_like", "cast", "reduce_sum", "reshape", "where", "softplus", "stop_gradient", "einsum")
+#: Keras 3's ops, as advice names them on every backend: `ops.` and the op's name (`reduce_sum` is `ops.sum`).
+KERAS_OPS = {op: "ops." + op.removeprefix("reduce_") for op in ADVISED_OPS}
+
+
+def keras_on(backend: str) -> dict[str, str]:
+    """The `Wording` fields that name Keras on `backend`, its decorator and its ops ("Keras on JAX", `ops.sum`)."""
+    name = backend_name(backend)
+    return {
+        "framework": f"Keras on {name}",
+        "runs_on": f"Keras's {name} backend",
+        "decorator": "keras.ops.custom_gradient",
+        **KERAS_OPS,
+    }
+
+
+@dataclass(frozen=True)
+class KeywordRefusal:
+    """How a framework's decorated op refuses keyword arguments where it is compiled, and what to do instead."""
+
+    phrases: tuple[str, ...]  # of the framework's error
+    sentence: str  # who refuses them where: "tf.custom_gradient refuses keyword arguments inside tf.function"
+    advice: str = "or make the op with %%custom_gradient, whose op accepts them."  # after "pass them by position, "
 
 
 @dataclass(frozen=True)
@@ -64,14 +77,12 @@ class Wording:
     #: What a variable given as an input is to the forward `compiled` (after "inside tf.function, "), where it is not
     #: the variable it is `direct`ly; "" where it stays one.
     variable_input: str = ""
+    #: What needs a scalar predicate, as users write it: "A Python `if` (or `tf.cond`)".
+    conditional: str = "A Python `if`"
     #: Phrases of the framework's error when a Python `if` meets a tensor of several elements (or a traced one).
     ambiguous_truth: tuple[str, ...] = ("truth value of an array",)  # NumPy's own, which eager frameworks raise
-    #: Phrases of the framework's error when the decorated op refuses keyword arguments where it is compiled.
-    keyword_refusal: tuple[str, ...] = ()
-    #: Who refuses keyword arguments where: "tf.custom_gradient refuses keyword arguments inside tf.function".
-    keyword_refusal_sentence: str = ""
-    #: How else keyword arguments reach the op, after "pass them by position, ".
-    keyword_binding_advice: str = "or make the op with %%custom_gradient, whose op accepts them."
+    #: How the decorated op refuses keyword arguments where it is compiled; None where it takes them.
+    keywords: KeywordRefusal | None = None
     #: What to write when the forward reads variables and the gradient function takes no `variables`.
     variables_advice: str = (
         "Define it as `def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`."
@@ -98,8 +109,9 @@ class Wording:
 
     def compiled_failure_advice(self, cause: str) -> str:
         """Advice for an op that works `direct`ly but whose gradient fails `compiled` with `cause`."""
-        if self.keyword_refusal and any(phrase in cause for phrase in self.keyword_refusal):
-            return f"{self.keyword_refusal_sentence}: pass them by position, {self.keyword_binding_advice}"
+        refusal = self.keywords
+        if refusal is not None and any(phrase in cause for phrase in refusal.phrases):
+            return f"{refusal.sentence}: pass them by position, {refusal.advice}"
         return self.traced_advice
 
     def created_line(self, error: BaseException, filename: str) -> int | None:
@@ -130,8 +142,3 @@ class Wording:
         ("dtype", the gradient's `dtype`) that it fixes itself (`GradientConvention.fixes_gradients`), and what it
         does elsewhere: a sentence."""
         return ""
-
-
-def backend_name(backend: str | None) -> str:
-    """A Keras backend's name as users write it: "jax" -> "JAX"."""
-    return BACKEND_NAMES.get(backend or "", backend or "")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from gradmagic import api
+from gradmagic.frameworks.cache import function_of
 from gradmagic.frameworks.watching import Instrumentation
 from gradmagic.notebook.kernel import source_label, user_namespace
 from gradmagic.op import info_of
@@ -80,7 +80,7 @@ def watch_report(
         memory_limit=recorder.memory_limit,
         kept_bytes=recorder.kept_bytes,
         calls_not_kept=recorder.calls_not_kept,
-        notes=_unwatched_backend() + tuple(instrumentation.notes) + _notes(recorder) + _unmatched(verdicts, recorder),
+        notes=tuple(instrumentation.notes) + _notes(recorder) + _unmatched(verdicts, recorder),
         error=None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
     )
     return report, interrupted
@@ -149,7 +149,7 @@ def _check_at(record: OpRecord, kept: KeptCall, verdicts: Verdicts, ops: dict) -
 def _magic_op(record: OpRecord) -> Callable | None:
     """The notebook's op made by `%%custom_gradient` from the recorded function, if it is bound under its name."""
     op = user_namespace().get(record.site.name)
-    return op if getattr(op, "_gradmagic_function", None) is record.site.function and info_of(op) else None
+    return op if function_of(op) is record.site.function and info_of(op) else None
 
 
 def _watched(record: OpRecord, report: Report, checked: tuple = (), checked_call: int | None = None) -> WatchedOp:
@@ -197,8 +197,7 @@ def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]
                 f"{_elements(event)} of d{event.tensor} (first d{element_label(event.tensor, event.index)}) at "
                 f"{_call(event)}, from a finite upstream gradient: the non-finite gradient starts here. "
                 f"{record.nonfinite_gradient_calls} of its {_counted(record.gradient_calls, 'gradient call')} "
-                f"{'was' if record.nonfinite_gradient_calls == 1 else 'were'} non-finite. "
-                + checked,
+                f"{'was' if record.nonfinite_gradient_calls == 1 else 'were'} non-finite. " + checked,
                 location,
             )
         )
@@ -245,30 +244,6 @@ def _unchecked(record: OpRecord, reason: str, instrumentation: Instrumentation) 
         filename=source_label(site.filename),
     )
     return Report(op=description, numerics=Numerics(mode="skipped", skipped_because=reason))
-
-
-#: Keras's other backends as users name them, and what `keras.ops.custom_gradient` is there.
-_OTHER_BACKENDS = {"jax": ("JAX", "jax.custom_vjp"), "torch": ("PyTorch", "a torch.autograd.Function")}
-
-
-def _unwatched_backend() -> tuple[str, ...]:
-    """A note where Keras runs on JAX or PyTorch in this process: its custom-gradient ops are not watched, said
-    plainly with what to do instead. Keras is never imported here: only where the watched code imported it."""
-    keras = sys.modules.get("keras")
-    try:
-        backend = keras.config.backend() if keras is not None else None
-    except Exception:  # noqa: BLE001 - a Keras too old or half imported: nothing to say
-        return ()
-    if backend not in _OTHER_BACKENDS:
-        return ()
-    name, kind = _OTHER_BACKENDS[backend]
-    return (
-        f"Keras runs on {name} in this process (KERAS_BACKEND={backend}), and a watch records TensorFlow's "
-        "custom-gradient ops only (tf.custom_gradient, and keras.ops.custom_gradient on Keras's TensorFlow backend): "
-        f"keras.ops.custom_gradient ops on {name} ({kind}) are not watched, so none of their calls was recorded or "
-        "checked. Check such an op with gradmagic.check(op, x) at the inputs its layer receives (a batch of the "
-        "previous layer's outputs), or run the model with KERAS_BACKEND=tensorflow to watch it.",
-    )
 
 
 def _notes(recorder: CallRecorder) -> tuple[str, ...]:

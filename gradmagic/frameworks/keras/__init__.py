@@ -15,6 +15,7 @@ import keras
 
 from gradmagic.errors import FrameworkUnavailable
 from gradmagic.frameworks.base import Adapter
+from gradmagic.frameworks.names import KERAS_BACKENDS
 
 
 def _adapter_for(backend: str) -> Adapter:
@@ -32,8 +33,8 @@ def _adapter_for(backend: str) -> Adapter:
         return torch_adapter
     raise FrameworkUnavailable(
         f"Keras runs on the {backend!r} backend here; gradmagic checks keras.ops.custom_gradient on "
-        "tensorflow, jax and torch. Set KERAS_BACKEND to one of them before Keras is imported (then restart the "
-        "kernel)."
+        f"{', '.join(KERAS_BACKENDS[:-1])} and {KERAS_BACKENDS[-1]}. Set KERAS_BACKEND to one of them before Keras is "
+        "imported (then restart the kernel)."
     )
 
 

@@ -13,6 +13,8 @@ from typing import Any, Callable
 import keras
 
 from gradmagic.frameworks.base import Adapter, Layout
+from gradmagic.frameworks.cache import made_from
+from gradmagic.frameworks.names import backend_name
 
 
 class KerasAdapter(Adapter):
@@ -49,8 +51,7 @@ def keyword_binding_op(function: Callable) -> Callable:
         if hasattr(function, attribute):
             setattr(custom_gradient_op, attribute, getattr(function, attribute))
     custom_gradient_op.__signature__ = inspect.signature(function)
-    custom_gradient_op._gradmagic_function = function
-    return custom_gradient_op
+    return made_from(custom_gradient_op, function)
 
 
 class VariableReads(keras.StatelessScope):
@@ -73,8 +74,8 @@ def refuse_variables(layout: Layout, backend: str) -> None:
     """The structure checks stop at a closed-over variable on JAX and PyTorch (`GradientConvention.variables`)."""
     if layout.variables:
         raise NotImplementedError(
-            f"On Keras's {backend} backend keras.ops.custom_gradient gives no gradient for closed-over variables; "
-            "pass them as inputs to check them."
+            f"On Keras's {backend_name(backend)} backend keras.ops.custom_gradient gives no gradient for closed-over "
+            "variables; pass them as inputs to check them."
         )
 
 

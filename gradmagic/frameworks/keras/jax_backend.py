@@ -17,17 +17,7 @@ import keras
 import numpy as np
 from jax import tree_util
 
-from gradmagic.frameworks.base import (
-    ForwardRun,
-    GradientConvention,
-    Layout,
-    RawGraph,
-    Target,
-    TensorMeta,
-    Vjps,
-    native,
-    unless_all_nan,
-)
+from gradmagic.frameworks.base import ForwardRun, GradientConvention, Layout, RawGraph, Target, TensorMeta, Vjps, native
 from gradmagic.frameworks.cache import cache_of
 from gradmagic.frameworks.keras.common import KerasAdapter, VariableReads, closure, refuse_variables
 from gradmagic.frameworks.keras.jax_graph import GraphTracer
@@ -123,7 +113,7 @@ class KerasJaxAdapter(KerasAdapter):
         return ForwardRun(result, variables, wide and _narrows_float64(call))
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
 
         def compute(perturbed, offsets, signs, *upstream):
             forward = on_z(layout, perturbed)(target.forward)
@@ -144,7 +134,7 @@ class KerasJaxAdapter(KerasAdapter):
             return np.asarray(values)[:, : len(offsets)]
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
 
         def compute(perturbed, points, upstreams):
             of_z = on_z(layout, perturbed)
@@ -175,12 +165,11 @@ class KerasJaxAdapter(KerasAdapter):
             compiled = self._compiled(target, layout, f"vjps/{autodiff}/{jacobian}", compute)
             results = compiled(layout.perturbed, _padded(points), upstreams)
         outputs, custom = np.asarray(results[0])[: len(points)], np.asarray(results[1])[: len(points), kept]
-        plain_vjps = unless_all_nan(np.asarray(results[2])[: len(points), kept]) if autodiff else None
-        return Vjps(outputs, custom, plain_vjps)
+        return Vjps.of(outputs, custom, np.asarray(results[2])[: len(points), kept] if autodiff else None)
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """The Jacobian of the custom VJP J(z)^T u, by `jax.jacrev` through the gradient function."""
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
 
         def compute(perturbed, upstream):
             of_z = on_z(layout, perturbed)
@@ -197,7 +186,7 @@ class KerasJaxAdapter(KerasAdapter):
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         """The jaxprs of the forward (with the residuals `jax.vjp` keeps) and of the backward, as one graph."""
-        refuse_variables(layout, "JAX")
+        refuse_variables(layout, self.backend)
         with x64(needs_x64(*layout.inputs, *upstreams)):
             return GraphTracer(target, layout, upstreams, arguments).trace()
 

@@ -28,16 +28,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gradmagic.frameworks.base import (
-    ForwardRun,
-    GradientConvention,
-    Layout,
-    RawGraph,
-    Target,
-    TensorMeta,
-    Vjps,
-    native,
-)
+from gradmagic.frameworks.base import ForwardRun, GradientConvention, Layout, RawGraph, Target, TensorMeta, Vjps, native
 from gradmagic.frameworks.keras.common import KerasAdapter, VariableReads, refuse_variables
 from gradmagic.frameworks.keras.torch_graph import GraphRecorder
 from gradmagic.frameworks.keras.torch_values import OnZ, dtype_name, grad, to_tensor, torch_dtype, vjp_rows
@@ -121,7 +112,7 @@ class KerasTorchAdapter(KerasAdapter):
         return ForwardRun(result, variables, wide and watch.narrowed)
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         on_z = OnZ(target, layout, np.dtype(offsets.dtype))
         z = torch.cat([leaf.reshape(-1).to(on_z.dtype) for leaf in layout.perturbed])
         displaced = _tensor(offsets)
@@ -131,7 +122,7 @@ class KerasTorchAdapter(KerasAdapter):
         return evaluations.numpy()
 
     def vjps(self, target, layout, points, upstreams, autodiff=True, jacobian=False) -> Vjps:
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         on_z = OnZ(target, layout, np.dtype(points.dtype))
         given = _tensor(upstreams, dtype=on_z.dtype)
         outputs, custom, plain = [], [], []
@@ -158,7 +149,7 @@ class KerasTorchAdapter(KerasAdapter):
         Jacobian is then zero where they matter, as nested `torch.autograd.grad`
         calls compute it.
         """
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         on_z = OnZ(target, layout, np.dtype(upstream.dtype))
         z = torch.cat([leaf.reshape(-1).to(on_z.dtype) for leaf in layout.perturbed])
         point = z.clone().requires_grad_()
@@ -171,7 +162,7 @@ class KerasTorchAdapter(KerasAdapter):
 
         `arguments` gives (kind, label) for each input leaf, then each upstream gradient.
         """
-        refuse_variables(layout, "PyTorch")
+        refuse_variables(layout, self.backend)
         return GraphRecorder(target, layout, upstreams, arguments).trace()
 
 

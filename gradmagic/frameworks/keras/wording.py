@@ -5,16 +5,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gradmagic.frameworks.wording import KERAS_OPS, Wording
+from gradmagic.frameworks.names import backend_name
+from gradmagic.frameworks.wording import KeywordRefusal, Wording, keras_on
 
-_KEYWORD_BINDING = (
-    "bind them with functools.partial before decorating, or make the op with %%custom_gradient --keras, whose op "
-    "accepts them."
-)
 # What Keras's trainer does with a closed-over trainable variable, measured with Keras 3.15 (tests/test_keras_jax.py,
 # tests/test_keras_torch.py: model.fit of a layer whose op closes over one); a non-trainable one trains fine on every
 # backend, and is a constant of the op here.
 _TRAINER = "model.fit, which differentiates every trainable variable"
+
+
+def _backend(backend: str, refusal: str) -> dict:
+    """The fields Keras's JAX and PyTorch backends word alike: their names and ops, who reports a wrong number of
+    gradients, and how keyword arguments are refused (the backend's error says `refusal`)."""
+    fields = keras_on(backend)
+    return {
+        **fields,
+        "wrong_count": f"{fields['framework']} reports this only when the gradient is taken.",
+        "keywords": KeywordRefusal(
+            (refusal,),
+            f"keras.ops.custom_gradient on {backend_name(backend)} refuses keyword arguments",
+            "bind them with functools.partial before decorating, or make the op with %%custom_gradient --keras, whose "
+            "op accepts them.",
+        ),
+    }
 
 
 @dataclass(frozen=True)
@@ -79,40 +92,26 @@ class TorchWording(Wording):
 
 
 KERAS_ON_JAX = JaxWording(
-    framework="Keras on JAX",
-    runs_on="Keras's JAX backend",
-    decorator="keras.ops.custom_gradient",
+    **_backend("jax", "positional-only arguments"),
     autodiff="JAX's own gradient (jax.vjp)",
     compiled="inside jax.jit",
     # Measured with jax 0.10.2 (tests/test_keras_jax.py).
     wrong_shape="JAX refuses it when the gradient is taken: 'Custom VJP bwd rule must produce an output with the same "
     "type as the args tuple of the primal function'.",
-    wrong_count="Keras on JAX reports this only when the gradient is taken.",
     ambiguous_truth=("truth value of an array", "Attempted boolean conversion of traced array"),
-    keyword_refusal=("positional-only arguments",),
-    keyword_refusal_sentence="keras.ops.custom_gradient on JAX refuses keyword arguments",
     python_function="jax.pure_callback",
-    keyword_binding_advice=_KEYWORD_BINDING,
-    **KERAS_OPS,
 )
 
 KERAS_ON_TORCH = TorchWording(
-    framework="Keras on PyTorch",
-    runs_on="Keras's PyTorch backend",
-    decorator="keras.ops.custom_gradient",
+    **_backend("torch", "forward() got an unexpected keyword argument"),
     autodiff="PyTorch's own gradient (torch.autograd)",
     compiled="with Keras's torch.autograd.Function",
     # Measured with torch 2.13 (tests/test_keras_torch.py): what the input does not broadcast to is refused.
     wrong_shape="PyTorch refuses it when the gradient is taken: 'Function CustomGradientFunctionBackward returned an "
     "invalid gradient at index ... expected shape compatible with ...'.",
-    wrong_count="Keras on PyTorch reports this only when the gradient is taken.",
     # keras/src/backend/torch/core.py: CustomGradientFunction.forward runs the forward under torch.no_grad.
     second_order=" On Keras's PyTorch backend the forward runs under torch.no_grad, so the tensors the gradient "
     "function closes over from the forward have no derivative: compute them in the gradient function from the op's "
     "inputs, which it receives as its `*args`.",
     ambiguous_truth=("truth value of an array", "Boolean value of Tensor with more than one value"),
-    keyword_refusal=("forward() got an unexpected keyword argument",),
-    keyword_refusal_sentence="keras.ops.custom_gradient on PyTorch refuses keyword arguments",
-    keyword_binding_advice=_KEYWORD_BINDING,
-    **KERAS_OPS,
 )

@@ -26,9 +26,8 @@ from gradmagic.frameworks.base import (
     TensorMeta,
     Vjps,
     native,
-    unless_all_nan,
 )
-from gradmagic.frameworks.cache import cache_of
+from gradmagic.frameworks.cache import cache_of, made_from
 from gradmagic.frameworks.tensorflow import building, composite, tracing, watching
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
@@ -101,8 +100,7 @@ class TensorFlowAdapter(Adapter):
         for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(custom_gradient_op, attribute, getattr(function, attribute))
         custom_gradient_op.__signature__ = inspect.signature(function)
-        custom_gradient_op._gradmagic_function = function
-        return custom_gradient_op
+        return made_from(custom_gradient_op, function)
 
     def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
         return composite.unwrap(op)
@@ -283,7 +281,7 @@ class TensorFlowAdapter(Adapter):
         rows = count + (upstreams.shape[1] if jacobian else 0)  # with the Jacobian, one more row per output element
         work = len(points) * (1 + 2 * rows) * (2 if autodiff else 1)
         results = self._run(target, layout, kind, compute, signature, arguments, work)
-        return Vjps(_numpy(results[0]), _numpy(results[1]), unless_all_nan(_numpy(results[2])) if autodiff else None)
+        return Vjps.of(_numpy(results[0]), _numpy(results[1]), _numpy(results[2]) if autodiff else None)
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """The Jacobian of the custom VJP J(z)^T u, by an outer tape around the gradient function's ops."""

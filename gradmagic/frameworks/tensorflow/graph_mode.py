@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from gradmagic.frameworks.base import ForwardRun, Layout, RawGraph, Target, TensorMeta, Vjps, native, unless_all_nan
+from gradmagic.frameworks.base import ForwardRun, Layout, RawGraph, Target, TensorMeta, Vjps, native
 from gradmagic.frameworks.cache import cache_of
 from gradmagic.frameworks.tensorflow import building, watching
 from gradmagic.frameworks.tensorflow.eager import TensorFlowAdapter
@@ -176,7 +176,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         kind = ("vjps", str(points.dtype), one_point, min(count, 2), autodiff, jacobian)
         (at, rows, upstream_rows), fetches = self._here.built(kind, layout, build)
         results = self._here.run(fetches, {at: z, rows: points, upstream_rows: upstreams}, perturbs=layout.variables)
-        return Vjps(results[0], results[1], unless_all_nan(results[2]) if autodiff else None)
+        return Vjps.of(results[0], results[1], results[2] if autodiff else None)
 
     def second_order(self, target: Target, layout: Layout, upstream: np.ndarray) -> np.ndarray:
         """The Jacobian of the custom VJP J(z)^T u: tf.gradients of the gradient function's ops, in one run."""

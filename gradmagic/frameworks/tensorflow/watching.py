@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import sys
 import threading
 import weakref
 from typing import Any, Callable, Iterator
@@ -47,12 +46,16 @@ from tensorflow.python.util import (
     tf_decorator,
 )
 
+from gradmagic.frameworks import keras_backend
+from gradmagic.frameworks.names import backend_name
 from gradmagic.frameworks.watching import BackwardCall, ForwardCall, Instrumentation, OpSite, Recorder
 
 _DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
 #: Packages whose own custom-gradient ops are not the user's: passed through unrecorded.
 _FRAMEWORK_PACKAGES = ("tensorflow", "keras", "tf_keras", "gradmagic")
 _KERAS_FUNCTIONS = ("train", "test", "predict")
+#: What `keras.ops.custom_gradient` is on Keras's other backends, whose ops a watch does not record.
+_KERAS_CUSTOM_GRADIENTS = {"jax": "jax.custom_vjp", "torch": "a torch.autograd.Function"}
 #: The recorder of the running watch; graphs traced under an earlier watch record into it too.
 _active: Recorder | None = None
 #: gradmagic's own checks running: their calls of ops (perturbed inputs, compiled batches) are not the watched code's.
@@ -82,6 +85,7 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
         for name, original in originals.items():
             setattr(tf_custom_gradient, name, original)
         _active = None
+        notes[:0] = _unrecorded_keras()
         try:
             traced_functions.restore()
             keras_functions.restore()
@@ -504,9 +508,25 @@ def _users(function: Any) -> bool:
 
 def _keras_trainer() -> type | None:
     """Keras 3's TensorFlow trainer class, if this process runs Keras on TensorFlow (Keras is not imported here)."""
-    keras = sys.modules.get("keras")
-    if keras is None or keras.config.backend() != "tensorflow":
+    if keras_backend() != "tensorflow":
         return None
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     return TensorFlowTrainer
+
+
+def _unrecorded_keras() -> list[str]:
+    """A note where Keras runs on JAX or PyTorch in this process: its custom-gradient ops are not recorded, said
+    plainly with what to do instead."""
+    backend = keras_backend()
+    if backend not in _KERAS_CUSTOM_GRADIENTS:
+        return []
+    name = backend_name(backend)
+    return [
+        f"Keras runs on {name} in this process (KERAS_BACKEND={backend}), and a watch records TensorFlow's "
+        "custom-gradient ops only (tf.custom_gradient, and keras.ops.custom_gradient on Keras's TensorFlow backend): "
+        f"keras.ops.custom_gradient ops on {name} ({_KERAS_CUSTOM_GRADIENTS[backend]}) are not watched, so none of "
+        "their calls was recorded or checked. Check such an op with gradmagic.check(op, x) at the inputs its layer "
+        "receives (a batch of the previous layer's outputs), or run the model with KERAS_BACKEND=tensorflow to watch "
+        "it."
+    ]

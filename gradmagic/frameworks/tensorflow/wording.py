@@ -6,12 +6,14 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from gradmagic.frameworks.wording import KERAS_OPS, Wording
+from gradmagic.frameworks.wording import ADVISED_OPS, KeywordRefusal, Wording, keras_on
 
 # TensorFlow 1's tf.cond (tf.compat.v1.disable_v2_behavior()) on a vector, when the graph is built.
 # The gradient of tf.py_function asking for the tape its forward's run left, which an earlier gradient took.
 _PY_FUNCTION_TAPE = re.compile(r"KeyError: b'pyfunc_\d+'")
 _VECTOR_COND_V1 = re.compile(r"Shape must be rank 0 but is rank \d+ for '\{\{node [^}]*Switch\}\}")
+#: TensorFlow's ops, as advice names them: `tf.` and the op's name (softplus is `tf.math.softplus`).
+_OPS = {**{op: f"tf.{op}" for op in ADVISED_OPS}, "softplus": "tf.math.softplus"}
 
 
 @dataclass(frozen=True)
@@ -53,20 +55,15 @@ TENSORFLOW = TensorFlowWording(
     decorator="tf.custom_gradient",
     autodiff="TensorFlow's own gradient",
     compiled="inside tf.function",
-    zeros_like="tf.zeros_like",
-    cast="tf.cast",
-    reduce_sum="tf.reduce_sum",
-    reshape="tf.reshape",
-    where="tf.where",
-    softplus="tf.math.softplus",
-    stop_gradient="tf.stop_gradient",
-    einsum="tf.einsum",
+    **_OPS,
     wrong_shape="TensorFlow accepts this silently and fails later, far away.",
     wrong_count="TensorFlow reports this only when the gradient is taken, and inside tf.function as an InternalError "
     "about 'too few gradients'.",
+    conditional="A Python `if` (or `tf.cond`)",
     ambiguous_truth=("truth value of an array", "symbolic `tf.Tensor` as a Python `bool`"),
-    keyword_refusal=("keywords arguments only when eager",),
-    keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments inside tf.function",
+    keywords=KeywordRefusal(
+        ("keywords arguments only when eager",), "tf.custom_gradient refuses keyword arguments inside tf.function"
+    ),
     python_function="tf.numpy_function",
     # Measured with TensorFlow 2.21: the gradient of tf.py_function pops what the forward's run recorded, so a second
     # gradient from the same run (a persistent tape, a Jacobian's rows) fails.
@@ -93,16 +90,16 @@ GRAPH_MODE = dataclasses.replace(
     compiled="in a tf.compat.v1 Session",
     direct="when gradmagic calls it and its gradient function itself",
     traced_advice="",
-    keyword_refusal_sentence="tf.custom_gradient refuses keyword arguments in graph mode",
+    keywords=dataclasses.replace(
+        TENSORFLOW.keywords, sentence="tf.custom_gradient refuses keyword arguments in graph mode"
+    ),
     kin=(),
 )
 
 #: Keras 3 on TensorFlow: `keras.ops.custom_gradient` is `tf.custom_gradient`; advice names Keras's ops.
 KERAS_ON_TENSORFLOW = dataclasses.replace(
     TENSORFLOW,
-    framework="Keras on TensorFlow",
-    runs_on="Keras's TensorFlow backend",
-    decorator="keras.ops.custom_gradient",
+    **keras_on("tensorflow"),
     autodiff="TensorFlow's own gradient (tf.GradientTape)",
     # Keras's JAX and PyTorch backends give closed-over variables no gradient: the portable form takes them as inputs.
     variables_advice="Pass it as an input of the op instead (`op(x, w)`) and return its gradient with the others: "
@@ -110,5 +107,4 @@ KERAS_ON_TENSORFLOW = dataclasses.replace(
     "alone, `def grad(*args, upstream=None, variables=None):` returning `grad_xs, [grad for each variable]` works "
     "too.",
     kin=(),
-    **KERAS_OPS,
 )
