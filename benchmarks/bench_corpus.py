@@ -19,7 +19,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorflow as tf  # noqa: E402
-
 from corpus import BUG, CASES, CORRECT, SURROGATE, judge, run_case  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
@@ -31,8 +30,10 @@ def _mark(value) -> str:
 
 def main(selected: str = "") -> None:
     cases = [case for case in CASES if selected.lower() in case.name.lower()]
-    print(f"{'case':52s} {'expected':34s} {'verdict':9s} {'outcome':12s} {'precise':7s} {'located':7s} {'time':>7s}"
-          "  codes")
+    print(
+        f"{'case':52s} {'expected':34s} {'verdict':9s} {'outcome':12s} {'precise':7s} {'located':7s} {'time':>7s}"
+        "  codes"
+    )
     rows = []
     started = time.perf_counter()
     for case in cases:
@@ -67,21 +68,31 @@ def _summary(rows, total: float) -> None:
     with_element = [j for case, j in judged if case.kind == BUG and case.element]
     crashes = sum(judgement is None for _, judgement, _ in rows)
     known = sum(1 for case, j in judged if case.known_failure and not j.met)
-    print(f"\n{len(rows)} cases: {sum(c.kind == CORRECT for c, _, _ in rows)} correct, "
-          f"{sum(c.kind == BUG for c, _, _ in rows)} bugs, {sum(c.kind == SURROGATE for c, _, _ in rows)} surrogates "
-          f"({len(declared)} declared, {len(undeclared)} undeclared); {total:.1f} s in all")
-    print(f"bugs caught:           {sum(j.outcome == 'caught' for j in bugs)}/{len(bugs)} "
-          f"(missed {sum(j.outcome == 'missed' for j in bugs)})")
+    print(
+        f"\n{len(rows)} cases: {sum(c.kind == CORRECT for c, _, _ in rows)} correct, "
+        f"{sum(c.kind == BUG for c, _, _ in rows)} bugs, {sum(c.kind == SURROGATE for c, _, _ in rows)} surrogates "
+        f"({len(declared)} declared, {len(undeclared)} undeclared); {total:.1f} s in all"
+    )
+    print(
+        f"bugs caught:           {sum(j.outcome == 'caught' for j in bugs)}/{len(bugs)} "
+        f"(missed {sum(j.outcome == 'missed' for j in bugs)})"
+    )
     print(f"precise codes:         {sum(bool(j.precise) for j in bugs)}/{len(bugs)}")
     print(f"located:               {sum(bool(j.located) for j in with_element)}/{len(with_element)}")
     known_correct = sum(1 for case, j in judged if case.kind == CORRECT and case.known_failure and not j.met)
-    print(f"false alarms:          {sum(not j.met for j in correct)}/{len(correct)} correct ops "
-          f"({known_correct} known), "
-          f"{sum(j.outcome == 'false alarm' for j in declared)}/{len(declared)} declared surrogates")
-    print(f"surrogates named:      {sum(j.met for j in undeclared)}/{len(undeclared)} undeclared "
-          f"(failed but unnamed: {sum(j.outcome == 'right' and not j.met for j in undeclared)})")
-    print(f"expectations met:      {sum(j.met for _, j in judged)}/{len(rows)}"
-          f" (known failures: {known}, checker crashes: {crashes})")
+    print(
+        f"false alarms:          {sum(not j.met for j in correct)}/{len(correct)} correct ops "
+        f"({known_correct} known), "
+        f"{sum(j.outcome == 'false alarm' for j in declared)}/{len(declared)} declared surrogates"
+    )
+    print(
+        f"surrogates named:      {sum(j.met for j in undeclared)}/{len(undeclared)} undeclared "
+        f"(failed but unnamed: {sum(j.outcome == 'right' and not j.met for j in undeclared)})"
+    )
+    print(
+        f"expectations met:      {sum(j.met for _, j in judged)}/{len(rows)}"
+        f" (known failures: {known}, checker crashes: {crashes})"
+    )
 
 
 if __name__ == "__main__":
