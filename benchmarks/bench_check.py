@@ -209,10 +209,11 @@ def peak_memory() -> None:
     first, warm, size, verdict, mode = completed.stdout.split()
     ratio, warm_ratio = int(first) / int(size), int(warm) / int(size)
     print(
-        f"\n3. Peak memory of a new op's first check at N = {n:,} (float32, {int(size) / 2**20:.0f} MB), fresh process: "
-        f"the resident memory rose {int(first) / 2**20:.0f} MB = {ratio:.1f}x the input ({verdict}, {mode}), the "
-        f"next check {int(warm) / 2**20:.0f} MB = {warm_ratio:.1f}x over what the first left; targets <= 16x: "
-        f"{'met' if ratio <= 16 else 'MISSED'}, first <= 2x the next: {'met' if ratio <= 2 * warm_ratio else 'MISSED'}"
+        f"\n3. Peak memory of a new op's first check at N = {n:,} (float32, {int(size) / 2**20:.0f} MB), fresh "
+        f"process: the resident memory rose {int(first) / 2**20:.0f} MB = {ratio:.1f}x the input ({verdict}, "
+        f"{mode}), the next check {int(warm) / 2**20:.0f} MB = {warm_ratio:.1f}x over what the first left; "
+        f"targets <= 16x: {'met' if ratio <= 16 else 'MISSED'}, first <= 2x the next: "
+        f"{'met' if ratio <= 2 * warm_ratio else 'MISSED'}"
     )
 
 

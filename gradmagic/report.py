@@ -22,9 +22,10 @@ import math
 import re
 import types
 import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `graph`, 1.2 `sweep`, 1.3
@@ -36,12 +37,25 @@ SCHEMA_VERSION = "1.8"
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
 
-class JsonSchema(dict):
+class JsonSchema(Mapping[str, Any]):
     """JSON Schema keywords for a type, beside its Python type: `Annotated[int, JsonSchema(minimum=0)]`. Keywords
-    add to the schema of the Python type; a `oneOf` replaces it."""
+    add to the schema of the Python type; a `oneOf` replaces it. Read-only, and hashable: typing hashes what
+    `Annotated` carries."""
 
-    def __hash__(self) -> int:  # typing hashes what `Annotated` carries
-        return hash(json.dumps(self, sort_keys=True))
+    def __init__(self, **keywords: Any) -> None:
+        self._keywords = keywords
+
+    def __getitem__(self, key: str) -> Any:
+        return self._keywords[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keywords)
+
+    def __len__(self) -> int:
+        return len(self._keywords)
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self._keywords, sort_keys=True))
 
 
 #: A float, NaN and the infinities included: JSON carries those as the strings "NaN", "Infinity" and "-Infinity".
@@ -127,8 +141,8 @@ def _shown(value: Any, limit: int) -> Any:
         items = [_shown(item, limit) for item in value]
         return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
     if isinstance(value, dict):
-        items = {key: _shown(item, limit) for key, item in value.items()}
-        return value if all(items[key] is item for key, item in value.items()) else items
+        entries = {key: _shown(item, limit) for key, item in value.items()}
+        return value if all(entries[key] is item for key, item in value.items()) else entries
     return value
 
 
@@ -138,7 +152,8 @@ class _Shown:
     colours or a wall of text."""
 
     def __post_init__(self) -> None:
-        for name, limit in _text_fields(type(self)):
+        cls: type = type(self)  # as `type`: mypy finds no class object hashable (it reads `__hash__` unbound)
+        for name, limit in _text_fields(cls):
             value = getattr(self, name)
             if value is None or (type(value) is str and len(value) <= limit and not _UNSHOWN.search(value)):
                 continue  # the common case, quickly
@@ -820,10 +835,11 @@ def json_data(value: Any) -> Any:
     """`value` as strict JSON data: a dataclass as an object of its fields (headed by its schema's `$schema` and
     `version` and its `DERIVED` properties, where it has them), tuples as lists, non-finite floats as the strings
     "NaN", "Infinity" and "-Infinity"."""
-    if dataclasses.is_dataclass(value):
-        cls = type(value)
-        data: dict[str, Any] = {"$schema": cls.ID, "version": cls.VERSION} if hasattr(cls, "ID") else {}
-        for name in getattr(cls, "DERIVED", ()):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data: dict[str, Any] = (
+            {"$schema": value.ID, "version": value.VERSION} if isinstance(value, (Report, WatchReport)) else {}
+        )
+        for name in getattr(value, "DERIVED", ()):
             data[name] = json_data(getattr(value, name))
         for item in dataclasses.fields(value):
             data[item.name] = json_data(getattr(value, item.name))
@@ -837,7 +853,10 @@ def json_data(value: Any) -> Any:
     return value
 
 
-def _read_root(cls: type, data: dict[str, Any]) -> Any:
+_Root = TypeVar("_Root", Report, WatchReport)
+
+
+def _read_root(cls: type[_Root], data: dict[str, Any]) -> _Root:
     """`cls` (Report or WatchReport) read from its data, refusing data of another major version."""
     major = str(data.get("version", "")).split(".")[0]
     if major != cls.VERSION.split(".")[0]:
@@ -857,7 +876,7 @@ def _read(hint: Any, value: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         options = [option for option in args if option is not type(None)]
         return _read(options[0], value) if len(options) == 1 else value
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         hints = type_hints(hint)
         known = (item.name for item in dataclasses.fields(hint) if item.name in value)
         return hint(**{name: _read(hints[name], value[name]) for name in known})

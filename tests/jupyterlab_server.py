@@ -164,7 +164,8 @@ def click_through(page, locator) -> None:
     except PlaywrightTimeout:
         dialog = page.locator(".jp-Dialog")
         if dialog.count():
-            raise AssertionError(f"a JupyterLab dialog stayed over the notebook: {dialog.first.inner_text()!r}") from None
+            shown = dialog.first.inner_text()
+            raise AssertionError(f"a JupyterLab dialog stayed over the notebook: {shown!r}") from None
         raise
 
 

@@ -23,8 +23,9 @@ from gradmagic.report import schema, watch_schema
 
 def watch_fixture():
     """A watch of an eager step through three ops: correct, wrong by a factor, NaN gradient at an all-zero row."""
-    import gradmagic
     import tensorflow as tf
+
+    import gradmagic
 
     @tf.custom_gradient
     def fine(x):
@@ -48,6 +49,7 @@ def watch_fixture():
                 y = tf.reduce_sum(row_norm(doubled(fine(x))))
             tape.gradient(y, x)
     return watch.report
+
 
 ROOT = Path(__file__).resolve().parents[1]
 LABEXTENSION = ROOT / "labextension"

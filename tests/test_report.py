@@ -1,8 +1,8 @@
 """The Report contract: JSON Schema, round trip, non-finite numbers, and renderers that escape user text."""
 
 import dataclasses
-import re
 import json
+import re
 
 import jsonschema
 import numpy as np

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 
 from gradmagic.checking.differences import Axis
-from gradmagic.checking.run import CheckInputs, CheckRun, Subject, Trial
+from gradmagic.checking.run import CheckInputs, CheckRun, Subject, Trial, known_shape, tensor_meta
 from gradmagic.frameworks.base import Adapter, Layout
 from gradmagic.report import TensorRow
 
@@ -31,7 +31,7 @@ def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> CheckInputs | No
         )
         return None
     leaves, _ = adapter.flatten(structure)
-    inputs = CheckInputs(structure, kwargs, leaves, names, [adapter.meta(leaf) for leaf in leaves])
+    inputs = CheckInputs(structure, kwargs, leaves, names, [tensor_meta(adapter, leaf) for leaf in leaves])
     for name, meta in zip(names, inputs.metas):
         run.findings.rows.append(TensorRow("input", name, meta.shape, meta.dtype))
     return inputs
@@ -62,11 +62,11 @@ def lay_out(run: CheckRun, inputs: CheckInputs, trial: Trial) -> Subject:
     layout = Layout(inputs.structure, inputs.kwargs, tuple(inputs.leaves), perturbable, tuple(trial.variables))
     columns = Axis(
         tuple(inputs.names[k] for k in perturbable) + tuple(trial.variable_names),
-        tuple(tuple(inputs.metas[k].shape) for k in perturbable)
-        + tuple(tuple(adapter.meta(v).shape) for v in trial.variables),
+        tuple(known_shape(inputs.metas[k]) for k in perturbable)
+        + tuple(known_shape(tensor_meta(adapter, v)) for v in trial.variables),
     )
     rows = Axis(
         tuple(name for name, meta in zip(trial.output_names, trial.output_metas) if meta.floating),
-        tuple(tuple(meta.shape) for meta in trial.output_metas if meta.floating),
+        tuple(known_shape(meta) for meta in trial.output_metas if meta.floating),
     )
     return Subject(trial.target or run.target, inputs, trial, layout, columns, rows)

@@ -25,15 +25,15 @@ def compile_and_judge(run: CheckRun, traced: Traced) -> Evidence:
     """The compiled phase: the own-precision products (`take_own_precision`), the comparison of the compiled run
     with the direct call (`compare_compiled`), the linearity in the upstream (`check_linearity`); what the numbers
     phase needs of them (full mode's Jacobians; projection mode only where autodiff alone is NaN/Inf)."""
-    options, subject = run.options, run.subject
-    if not ((options.tf_function or options.numbers) and subject.compared):
+    options = run.options
+    if not ((options.tf_function or options.numbers) and run.compared):
         return Evidence(traced)
     own = take_own_precision(run, traced)
     if own is None:
         return Evidence(traced)
     if options.tf_function and not traced.deferred:
         compare_compiled(run, traced, own)
-    subject.trial.let_go(gradients_only=True)  # compared: not needed again
+    run.trial.let_go(gradients_only=True)  # compared: not needed again
     if run.failed:
         return Evidence(traced, own)
     own, found = check_linearity(run, own)
@@ -269,6 +269,8 @@ def _difference_in(run: CheckRun, layout: Layout, graph: RawGraph | None) -> Com
         arguments = [("input", name) for name in run.inputs.names]
         arguments += [("upstream", f"d{name}") for name in trial.output_names]
         compiled = run.gradient_graph(layout, upstreams, arguments).run
+        if compiled is None:
+            raise RuntimeError(f"{adapter.name}'s traced gradient graph came back without its run (`RawGraph.run`)")
     else:
         z = run.z(layout)
         compiled = run.vjps(layout, z[None], flat_upstream(run, z.dtype)[None], autodiff=False)
@@ -281,6 +283,8 @@ def check_linearity(run: CheckRun, own: OwnPrecision) -> tuple[OwnPrecision, Lin
     `surrogate-nonlinear` (info). `own` without its probes (judged: 4 N not kept at millions), and the verdict (None
     where the op failed compiled)."""
     precision = run.precision(run.layout)
+    if own.probes is None:
+        raise RuntimeError("the linearity in the upstream is judged once, from the probes' gradients")
     judged = dataclasses.replace(own, probes=None)
     try:
         found = linearity.judge(own.trial_gradient, own.probes, precision)
@@ -303,7 +307,7 @@ def check_linearity(run: CheckRun, own: OwnPrecision) -> tuple[OwnPrecision, Lin
 
 def _report_linearity(run: CheckRun, found: Linearity) -> None:
     """`grad-nonlinear`, `surrogate-nonlinear` or nothing, for the linearity verdict `found`."""
-    if found.response in ("linear", None):
+    if found.response in ("linear", None) or found.worst is None:  # a deviation has its element
         return
     findings = run.findings
     name, index = run.columns.label(found.worst)

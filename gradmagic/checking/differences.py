@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 #: Machine epsilon by dtype name (bfloat16 and float16 are not NumPy's own everywhere).
 EPSILONS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -53,17 +54,17 @@ class Axis:
         return self.names[part], tuple(int(i) for i in index)
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     """An uninitialised array starting on a cache line (64 bytes): frameworks take such large arrays without a
     copy."""
-    dtype = np.dtype(dtype)
+    item = np.dtype(dtype)
     count = int(np.prod(shape))
-    buffer = np.empty(count * dtype.itemsize + 64, np.uint8)
+    buffer = np.empty(count * item.itemsize + 64, np.uint8)
     start = -buffer.ctypes.data % 64
-    return buffer[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
+    return buffer[start : start + count * item.itemsize].view(item).reshape(shape)
 
 
-def aligned_concatenate(parts: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+def aligned_concatenate(parts: list[np.ndarray], dtype: DTypeLike) -> np.ndarray:
     """The flat parts, one after the other, in `dtype`, in an `aligned_empty` array (frameworks take it without a
     copy)."""
     out = aligned_empty((sum(part.size for part in parts),), dtype)

@@ -61,7 +61,9 @@ def structure(run: CheckRun, args: tuple, kwargs: dict) -> Subject | None:
     """The structure phase: the example inputs as tensors (`arguments.py`), the forward and the gradient function
     called once (`structure.py`), z laid out over them; None where the op is too broken to go on."""
     inputs = prepare_inputs(run, args, kwargs)
-    trial = check_structure(run, inputs) if inputs is not None else None
+    if inputs is None:
+        return None
+    trial = check_structure(run, inputs)
     if trial is None or run.failed:
         return None
     return lay_out(run, inputs, trial)

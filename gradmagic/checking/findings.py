@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradmagic.frameworks.wording import Wording
-from gradmagic.report import Location, Problem, Surrogate, TensorRow
+from gradmagic.report import Location, Problem, Severity, Surrogate, TensorRow
 
 #: How many element indices a message lists.
 LISTED = 5
@@ -30,7 +30,7 @@ class Findings:
     #: reason of its "not checked".
     stopped: str | None = None
 
-    def add(self, code: str, severity: str, message: str, **location: Any) -> None:
+    def add(self, code: str, severity: Severity, message: str, **location: Any) -> None:
         if location.get("line") is not None:
             location.setdefault("filename", self.source)
         self.problems.append(Problem(code, severity, message, Location(**location) if location else None))

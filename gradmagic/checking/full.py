@@ -27,7 +27,7 @@ from gradmagic.checking.differences import (
 from gradmagic.checking.findings import LISTED, Findings
 from gradmagic.checking.run import CheckRun, Evidence, OwnPrecision
 from gradmagic.frameworks.base import Layout, Vjps
-from gradmagic.report import ElementComparison, JacobianBlock, Numerics, element_label
+from gradmagic.report import ElementComparison, JacobianBlock, Numerics, Severity, element_label
 
 #: Dense Jacobians up to this many entries go into the report (for heatmaps).
 REPORTED_JACOBIAN_ENTRIES = 4096
@@ -97,7 +97,7 @@ def compare_full(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
 
     own_autodiff = None if own.autodiff is None else own.autodiff[0]
     if kinks.any():
-        severity = "info" if options.surrogate else "warning"  # a declared surrogate's comparison informs
+        severity: Severity = "info" if options.surrogate else "warning"  # a declared surrogate's comparison informs
         _report_kinks(kinks, z, (plus - center) / h, (center - minus) / h, columns, findings, severity)
     rounded = rounded_t.any(axis=1)
     if rounded.any():
@@ -188,9 +188,10 @@ def _confirm_none_gradients(findings: Findings, columns: Axis, numerical_t, tole
     """A None gradient for an input the outputs do not depend on (finite differences zero at every judged element,
     as for a hyper-parameter of an identity forward) is right: its `none-gradient` warning becomes an info."""
     for position, found in enumerate(findings.problems):
-        if found.code != "none-gradient" or found.severity != "warning" or found.location.input not in columns.names:
+        name = found.location.input if found.location is not None else None
+        if found.code != "none-gradient" or found.severity != "warning" or name not in columns.names:
             continue
-        part = columns.names.index(found.location.input)
+        part = columns.names.index(name)
         start, stop = columns.offsets[part], columns.offsets[part + 1]
         compared = judged_t[start:stop]
         if not compared.all() or (np.abs(numerical_t[start:stop]) > tolerance_t[start:stop]).any():
@@ -204,7 +205,9 @@ def _confirm_none_gradients(findings: Findings, columns: Axis, numerical_t, tole
         )
 
 
-def _report_kinks(kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings, severity: str) -> None:
+def _report_kinks(
+    kinks, z, forward_side_t, backward_side_t, columns: Axis, findings: Findings, severity: Severity
+) -> None:
     kink_columns = np.flatnonzero(kinks)
     forward_side, backward_side = forward_side_t.T, backward_side_t.T
     for column in kink_columns[:LISTED]:

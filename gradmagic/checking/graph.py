@@ -10,19 +10,24 @@ drawings' layout is computed (checking/graph_layout.py).
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
 
 from gradmagic.checking.graph_layout import with_layout
 from gradmagic.frameworks.base import RawGraph, RawOp
-from gradmagic.report import Graph, GraphEdge, GraphNode
+from gradmagic.report import Graph, GraphEdge, GraphNode, NodeRole
 
 #: Traced graphs of more ops than this are not drawn: a report would carry thousands of nodes no one can read, and
 #: laying them out costs seconds.
 DRAWN_OPS = 2000
 #: Roles whose tensors, consumed by the backward, stay alive from the forward to the backward.
 _KEPT_FROM_FORWARD = ("input", "forward")
+#: The roles of ops that are an input, an upstream gradient or a variable, whatever their scope, and of the others
+#: by the scope they were traced in.
+_KIND_ROLES: dict[str, NodeRole] = {"input": "input", "upstream": "upstream", "variable": "variable"}
+_SCOPE_ROLES: dict[str | None, NodeRole] = {"forward": "forward", "backward": "backward"}
 
 
 def build_graph(raw: RawGraph, output_names: list[str], gradient_names: list[str], fold: bool = True) -> Graph:
@@ -35,7 +40,7 @@ def build_graph(raw: RawGraph, output_names: list[str], gradient_names: list[str
         resolve = lambda tensor: tensor  # noqa: E731
         keep = lambda op: True  # noqa: E731
 
-    terminals = [
+    terminals: list[tuple[str, str, NodeRole, tuple[str, int]]] = [  # (node id, label, role, the tensor)
         (f"output:{i}", name, "output", tensor) for i, (name, tensor) in enumerate(zip(output_names, raw.outputs))
     ]
     terminals += [
@@ -121,18 +126,17 @@ def _ancestors(starts: list[tuple[str, int]], ops: dict[str, RawOp], resolve, ke
     return needed
 
 
-def _role(op: RawOp, consumer_scopes: list[str | None]) -> str:
-    if op.kind in ("input", "upstream", "variable"):
-        return op.kind
-    if op.scope in ("forward", "backward"):
-        return op.scope
+def _role(op: RawOp, consumer_scopes: list[str | None]) -> NodeRole:
+    role = _KIND_ROLES.get(op.kind) or _SCOPE_ROLES.get(op.scope)
+    if role is not None:
+        return role
     # A captured tensor (a constant array closed over by the op) takes the lane of its consumers.
     backward = consumer_scopes and all(scope == "backward" for scope in consumer_scopes)
     return "backward" if backward else "forward"
 
 
 def _scalar_constant(op: RawOp) -> bool:
-    return op.kind == "constant" and all(np.prod(shape or (1,)) == 1 for shape, _ in op.outputs)
+    return op.kind == "constant" and all(dim == 1 for shape, _ in op.outputs for dim in shape)
 
 
 def _readable(name: str) -> str:
@@ -141,10 +145,11 @@ def _readable(name: str) -> str:
 
 
 def _bytes(shape: tuple[int | None, ...], dtype: str) -> int | None:
-    if any(dim is None for dim in shape):
+    known = tuple(dim for dim in shape if dim is not None)
+    if len(known) != len(shape):
         return None
     try:
         itemsize = np.dtype(dtype).itemsize
     except TypeError:  # bfloat16 and other framework-only dtypes
         itemsize = {"bfloat16": 2, "resource": 0, "variant": 0}.get(dtype, 0)
-    return int(np.prod(shape or (1,))) * itemsize
+    return math.prod(known) * itemsize

@@ -123,8 +123,8 @@ def path_clear(path: list[tuple[float, float]], boxes: np.ndarray) -> bool:
     if not len(boxes):
         return True
     half = np.array([BOX_HALF_WIDTH, BOX_HALF_HEIGHT])
-    for start, end in zip(path, path[1:]):
-        start, direction = np.asarray(start, float), np.subtract(end, start, dtype=float)
+    for point, end in zip(path, path[1:]):
+        start, direction = np.asarray(point, float), np.subtract(end, point, dtype=float)
         low, high = boxes - half - start, boxes + half - start  # [K, 2]: the slabs, relative to the segment's start
         with np.errstate(divide="ignore", invalid="ignore"):
             near, far = low / direction, high / direction

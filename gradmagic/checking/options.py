@@ -64,13 +64,13 @@ class CheckOptions:
                 f"{label('framework')} must be one of {', '.join(map(repr, NAMES))}, not {self.framework!r}"
             )
         for name in ("rtol", "atol"):
-            self._set(name, _number(label(name), getattr(self, name), minimum=0.0, optional=True))
+            self._set(name, _optional_number(label(name), getattr(self, name), minimum=0.0))
         if self.rtol is not None and self.rtol >= 0.5:
             raise OptionError(
                 f"{label('rtol')} is a relative tolerance: at 0.5 or more it passes a gradient twice too large or "
                 f"half as large (at 1, of any size with the right sign); give a number below 0.5, not {self.rtol!r}"
             )
-        self._set("eps", _number(label("eps"), self.eps, minimum=0.0, exclusive=True, optional=True))
+        self._set("eps", _optional_number(label("eps"), self.eps, minimum=0.0, exclusive=True))
         if self.eps is not None and self.eps >= 1:
             raise OptionError(
                 f"{label('eps')} is the relative finite-difference step: give a small positive number, not {self.eps!r}"
@@ -138,12 +138,13 @@ def parse_backends(value: str | list | tuple, label: str = "backends") -> tuple[
     return tuple(name for name in KERAS_BACKENDS if name in names)
 
 
-def _number(
-    name: str, value: Any, minimum: float | None = None, exclusive: bool = False, optional: bool = False
-) -> float | None:
-    """`value` as a finite float, at least (or, `exclusive`, above) `minimum`; None if `optional` and None."""
-    if value is None and optional:
-        return None
+def _optional_number(name: str, value: Any, minimum: float, exclusive: bool = False) -> float | None:
+    """`_number`, or None for None."""
+    return None if value is None else _number(name, value, minimum, exclusive)
+
+
+def _number(name: str, value: Any, minimum: float | None = None, exclusive: bool = False) -> float:
+    """`value` as a finite float, at least (or, `exclusive`, above) `minimum`."""
     if isinstance(value, bool) or (not isinstance(value, (int, float)) and not _is_real_scalar(value)):
         raise OptionError(f"{name} must be a number, not {value!r}")
     number = float(value)

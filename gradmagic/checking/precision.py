@@ -26,7 +26,7 @@ import weakref
 import numpy as np
 
 from gradmagic.checking.differences import EPSILONS, aligned_empty, machine_epsilon, relative_step
-from gradmagic.checking.run import CheckRun, OpFailed, flat_upstream
+from gradmagic.checking.run import CheckRun, OpFailed, flat_upstream, tensor_meta
 from gradmagic.frameworks.base import Layout, RawGraph
 
 # Per raw function (dropped with it): whether the forward accepts an input layout cast up to a wider float, by layout.
@@ -57,7 +57,7 @@ def finest(run: CheckRun) -> Layout:
 def refuse(run: CheckRun, layout: Layout) -> None:
     """The forward accepted `layout`, cast up, but the rest did not (the gradient function mixes in float32
     constants): remember to stay in the op's own precision."""
-    wider = run.adapter.meta(layout.perturbed[0]).dtype
+    wider = tensor_meta(run.adapter, layout.perturbed[0]).dtype
     _ACCEPTS_WIDER[run.target.raw][(_key(run, run.layout), wider)] = False
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal, cast
 
 import numpy as np
 
@@ -223,6 +223,11 @@ class CheckRun:
         return self._subject.rows
 
     @property
+    def compared(self) -> bool:
+        """Whether there is a gradient to compare (`Subject.compared`)."""
+        return self._subject.compared
+
+    @property
     def _subject(self) -> Subject:
         if self.subject is None:
             raise RuntimeError("the structure phase has not found the subject yet")
@@ -319,9 +324,7 @@ class CheckRun:
     def dtypes_and_sizes(self, layout: Layout) -> tuple[list[str], list[int]]:
         """The dtype and size of each part of z (the perturbable inputs, then the variables), a dtype coarsened to
         the op's measured precision (`effective`)."""
-        metas = [self.adapter.meta(leaf) for leaf in layout.perturbed] + [
-            self.adapter.meta(v) for v in layout.variables
-        ]
+        metas = [tensor_meta(self.adapter, value) for value in [*layout.perturbed, *layout.variables]]
         return [coarser(meta.dtype, self.effective) for meta in metas], [meta.size for meta in metas]
 
     def precision(self, layout: Layout) -> str:
@@ -350,7 +353,8 @@ class CheckRun:
             str(target.signature) if target.signature else "(...)",
             adapter.name,
             adapter.version,
-            target.origin,
+            # `Adapter.resolve` makes no other origin; frameworks/ spells no Report type (it imports none)
+            cast(Literal["magic", "decorated", "plain", "composite"], target.origin),
             adapter.mode,
             self.findings.source,
             adapter.backend,
@@ -368,6 +372,24 @@ class CheckRun:
             sweep,
             surrogate=surrogate,
         )
+
+
+def tensor_meta(adapter: Adapter, value: Any) -> TensorMeta:
+    """`adapter.meta(value)` of a value the check holds as a tensor or variable (an input leaf once converted, a
+    variable the forward read); a TypeError, gradmagic's own, for anything else."""
+    meta = adapter.meta(value)
+    if meta is None:
+        raise TypeError(f"a tensor or variable was expected here, not a {type(value).__name__}")
+    return meta
+
+
+def known_shape(meta: TensorMeta) -> tuple[int, ...]:
+    """The shape of a tensor the check has run, every dimension known; a ValueError, gradmagic's own, where one is
+    not (a graph's tensor whose shape only running the graph tells)."""
+    shape = tuple(dim for dim in meta.shape if dim is not None)
+    if len(shape) != len(meta.shape):
+        raise ValueError(f"the shape {meta.shape} has unknown dimensions where the check needs them known")
+    return shape
 
 
 def flat_upstream(run: CheckRun, dtype: Any) -> np.ndarray:

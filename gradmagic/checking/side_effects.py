@@ -46,7 +46,7 @@ class StateWatch:
     def __init__(self, adapter: Adapter, function: Callable):
         self.adapter = adapter
         self.saved: dict[str, tuple[Any, str, Any]] = {}  # name -> (object, kind, saved copy)
-        self.bindings: dict[str, tuple[str, Any, str | None, Any]] = {}  # name -> (kind, owner, key, value)
+        self.bindings: dict[str, tuple[str, Any, str, Any]] = {}  # name -> (kind, owner, key, value)
         values, bindings = _reachable(function)
         for name, value in values.items():
             saved = self._save(value)
@@ -134,12 +134,11 @@ class OpEffects:
         self.output.start()
         return self
 
-    def __exit__(self, *exc_info: Any) -> bool:
+    def __exit__(self, *exc_info: Any) -> None:
         if not self.settled:
             self.settled = True
             self.output.stop()
             self.state.restore()
-        return False
 
     def settle(self, findings: Findings) -> None:
         """Stop keeping the output, put the forward's state back, and record what it printed and changed."""
@@ -219,12 +218,12 @@ class _Output(io.TextIOBase):
     def fileno(self) -> int:
         return self.replaced.fileno()
 
-    @property
-    def encoding(self) -> str:
+    @property  # typeshed declares TextIOBase.encoding writable; io's is a read-only attribute, as this is
+    def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.replaced, "encoding", None) or "utf-8"
 
 
-def _reachable(function: Callable) -> tuple[dict[str, Any], dict[str, tuple[str, Any, str | None]]]:
+def _reachable(function: Callable) -> tuple[dict[str, Any], dict[str, tuple[str, Any, str]]]:
     """The values `function` closes over and the globals its code (and the functions nested in it) names; and the
     bindings it may set: the globals it assigns, its closed-over names, the attributes of those objects it names."""
     function, owner = unwrapped(function)
@@ -232,13 +231,13 @@ def _reachable(function: Callable) -> tuple[dict[str, Any], dict[str, tuple[str,
     if code is None:
         return {}, {}
     found: dict[str, Any] = {} if owner is None else {"self": owner}
-    bindings: dict[str, tuple[str, Any, str | None]] = {}
+    bindings: dict[str, tuple[str, Any, str]] = {}  # name -> (kind, owner, key: the name in the owner)
     for name, cell in zip(code.co_freevars, getattr(function, "__closure__", None) or ()):
         try:
             found[name] = cell.cell_contents
         except ValueError:  # an empty cell
             continue
-        bindings[name] = ("cell", cell, None)
+        bindings[name] = ("cell", cell, name)
     names = code_names(code)
     namespace = getattr(function, "__globals__", {})
     for name in names:
@@ -302,7 +301,7 @@ def _assigned_globals(code: types.CodeType) -> set[str]:
     return found
 
 
-def _read(kind: str, owner: Any, key: str | None) -> Any:
+def _read(kind: str, owner: Any, key: str) -> Any:
     if kind == "cell":
         try:
             return owner.cell_contents
@@ -313,7 +312,7 @@ def _read(kind: str, owner: Any, key: str | None) -> Any:
     return getattr(owner, "__dict__", {}).get(key, _MISSING)
 
 
-def _write(kind: str, owner: Any, key: str | None, value: Any) -> bool:
+def _write(kind: str, owner: Any, key: str, value: Any) -> bool:
     """Set a binding back to `value` (a global that did not exist is deleted); False where it cannot be."""
     try:
         if kind == "cell":

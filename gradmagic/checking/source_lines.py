@@ -86,7 +86,7 @@ def _outer_returns(target: Target) -> list[ast.Return]:
         ):
             body = node.body
     returns: list[ast.Return] = []
-    pending = list(body or [])
+    pending: list[ast.AST] = list(body or [])
     while pending:
         node = pending.pop()
         if isinstance(node, ast.Return):

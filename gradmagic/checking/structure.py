@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from gradmagic.checking.findings import LISTED, Findings, identifier, listing, plural
-from gradmagic.checking.run import CheckInputs, CheckRun, Trial
+from gradmagic.checking.run import CheckInputs, CheckRun, Trial, known_shape, tensor_meta
 from gradmagic.checking.side_effects import StateWatch, code_names, unwrapped
 from gradmagic.checking.source_lines import decorator_names, error_line, first_line, return_line, returned_names
 from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, Target, TensorMeta, given
-from gradmagic.report import TensorRow, element_label
+from gradmagic.report import Severity, TensorRole, TensorRow, element_label
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
 PORTABLE_FORM = """def grad(*args, upstream=None):
@@ -54,15 +54,16 @@ def check_structure(run: CheckRun, inputs: CheckInputs) -> Trial | None:
         )
         return None
     result, variables = forward.result, forward.variables
-    variable_metas = [adapter.meta(v) for v in variables]
-    variable_names = _distinct([meta.name for meta in variable_metas])
+    variable_metas = [tensor_meta(adapter, v) for v in variables]
+    variable_names = _distinct([meta.name or "variable" for meta in variable_metas])
     if _nonfinite_inputs(run, "variable", variable_names, variable_metas, variables):
         return None
     composite = target.origin == "composite" or (target.origin == "plain" and not _attempts_pair(result))
     if composite:
-        target = _as_composite(run, forward)
-        if target is None:
+        as_composite = _as_composite(run, forward)
+        if as_composite is None:
             return None
+        target = as_composite
     elif not _returns_outputs_and_grad(run, result):
         return None
     named = _outputs(run, result if composite else result[0])
@@ -193,9 +194,10 @@ def _upstreams(run: CheckRun, output_names: list[str], output_metas: list[Tensor
     rng = np.random.default_rng(run.options.seed)
 
     def upstream(meta: TensorMeta) -> np.ndarray:
+        shape = known_shape(meta)
         if meta.floating:
-            return rng.random(meta.shape, dtype=np.float32) * 2 - 1
-        return np.full(meta.shape, b"", dtype=object) if meta.dtype == "string" else np.zeros(meta.shape)
+            return rng.random(shape, dtype=np.float32) * 2 - 1
+        return np.full(shape, b"", dtype=object) if meta.dtype == "string" else np.zeros(shape)
 
     upstreams = [run.adapter.constant(upstream(meta), meta.dtype) for meta in output_metas]
     for name, meta in zip(output_names, output_metas):
@@ -601,7 +603,7 @@ def _check_gradient(
     output_shapes: list[tuple],
 ) -> None:
     where = {"input": name} if role == "input" else {"variable": name}
-    kind = "downstream" if role == "input" else "variable-gradient"
+    kind: TensorRole = "downstream" if role == "input" else "variable-gradient"
     wording = findings.wording
     if gradient is None:
         findings.rows.append(TensorRow(kind, f"d{name}", None, None, meta.shape, meta.dtype, meta.floating is False))
@@ -620,7 +622,7 @@ def _check_gradient(
     gradient_meta = adapter.meta(gradient)
     if gradient_meta is None:
         try:
-            gradient_meta = adapter.meta(adapter.to_tensors(gradient))
+            gradient_meta = tensor_meta(adapter, adapter.to_tensors(gradient))
         except Exception:  # noqa: BLE001 - what the user's gradient function returned is no tensor at all
             findings.add(
                 "grad-type",
@@ -659,9 +661,8 @@ def _check_gradient(
             **where,
         )
     if gradient_meta.shape == meta.shape:
-        _check_finite(
-            adapter, gradient, meta, "nonfinite-gradient", f"The gradient for {role} `{name}`", findings, **where
-        )
+        what = f"The gradient for {role} `{name}`"
+        _check_finite(adapter, gradient, meta, "nonfinite-gradient", what, findings, "error", **where)
 
 
 def _not_compared(role: str, name: str, meta: TensorMeta, findings: Findings, where: dict) -> None:
@@ -796,7 +797,7 @@ def _check_finite(
     code: str,
     what: str,
     findings: Findings,
-    severity: str = "error",
+    severity: Severity = "error",
     advice: str = "",
     **location: Any,
 ) -> None:
@@ -827,7 +828,7 @@ def _accepts_variables(grad_fn: Any) -> bool:
     return any(p.name == "variables" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _raised(what: str, findings: Findings, error: Exception, grad_fn: Any = None, upstream_count: int = 0) -> str:
+def _raised(what: str, findings: Findings, error: BaseException, grad_fn: Any = None, upstream_count: int = 0) -> str:
     wording = findings.wording
     message = f"The {what} of `{findings.name}` raised {type(error).__name__}: {_first_lines(wording.message(error))}"
     if wording.is_ambiguous_truth(error):

@@ -190,8 +190,8 @@ def full_evidence(
                 true_derivative = "identity" if np.isclose(scale, 1, rtol=1e-3) else "scaled-identity"
     factor = None
     if square is not None:
-        block = custom[:, square]
-        factor = _identity_factor(block, np.isfinite(block), None)
+        custom_block = custom[:, square]
+        factor = _identity_factor(custom_block, np.isfinite(custom_block), None)
     response = linearity.response if linearity is not None else None
     with np.errstate(all="ignore"):
         differs = compared & (np.abs(custom - numerical) > tolerance)

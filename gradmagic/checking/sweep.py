@@ -111,9 +111,14 @@ def _choose(
     if not suitable:
         return None
 
-    def named(problem: Problem, block: JacobianBlock) -> bool:
+    def located(problem: Problem, block: JacobianBlock) -> bool:
+        """Whether `problem` is at `block`: its input (or variable), and its output where the problem names one."""
         location = problem.location
-        return location is not None and block.input in (location.input, location.variable)
+        return (
+            location is not None
+            and block.input in (location.input, location.variable)
+            and location.output in (None, block.output)
+        )
 
     if wanted is not None:
         name, index = wanted
@@ -127,7 +132,7 @@ def _choose(
     ranked = sorted(problems, key=lambda p: ("error", "warning", "info").index(p.severity))
     for problem in ranked:
         for block, elementwise, numerical in suitable:
-            if named(problem, block) and (problem.location.output in (None, block.output)):
+            if located(problem, block):
                 return _elements(block, elementwise, numerical, problem, columns)
     block, elementwise, numerical = suitable[0]
     return _elements(block, elementwise, numerical, None, columns)

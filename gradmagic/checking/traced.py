@@ -18,9 +18,9 @@ def trace(run: CheckRun) -> Traced:
     """The traced graph where the report shows it, the framework compiles by tracing (its run is the compiled run
     the structure checks' direct call is compared with), or the op is a composite (its traced gradients show the
     shapes its custom gradients hand on: a wrong shape of the right size hides otherwise, traced on every check)."""
-    options, adapter, subject = run.options, run.adapter, run.subject
-    composite = subject.target.origin == "composite" and subject.compared
-    if not (options.graph or (options.tf_function and subject.compared and adapter.graph_compiles) or composite):
+    options, adapter, compared = run.options, run.adapter, run.compared
+    composite = run.target.origin == "composite" and compared
+    if not (options.graph or (options.tf_function and compared and adapter.graph_compiles) or composite):
         return Traced()
     if adapter.graph_compiles and adapter.mode == "eager" and not composite and _deferred(run):
         return Traced(deferred=True)
@@ -75,8 +75,9 @@ def _traced(run: CheckRun) -> Traced:
             )
         return Traced()
     forward_ops = surrogate.forward_ops(raw)
-    measured = run.options.tf_function and raw.run is not None
-    compiled = measure_compiled(run, raw.run, raw) if measured else None
+    measured, compiled = False, None
+    if run.options.tf_function and raw.run is not None:
+        measured, compiled = True, measure_compiled(run, raw.run, raw)
     raw = dataclasses.replace(raw, run=None)  # measured: two N-sized arrays not kept at millions
     if not run.options.graph:
         return Traced(raw, forward_ops, measured=measured, compiled=compiled)

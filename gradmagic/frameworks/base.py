@@ -332,7 +332,7 @@ class Adapter(abc.ABC):
         if isinstance(op, functools.partial):
             inner = self.resolve(op.func)
             if inner.origin in ("magic", "decorated"):
-                raw = functools.partial(inner.raw, *op.args, **op.keywords)
+                raw: Callable = functools.partial(inner.raw, *op.args, **op.keywords)
                 return self._target(raw, op, inner.origin, inner.raw)
         function = function_of(op)
         if function is not None:
@@ -532,9 +532,9 @@ def _named(op: Callable) -> Callable:
         return op(*args, **kwargs)
 
     function.__name__ = function.__qualname__ = _name_of(op)
-    function._gradmagic_wraps = op
+    function._gradmagic_wraps = op  # type: ignore[attr-defined]  # a function's attributes are open; mypy knows its own
     try:
-        function.__signature__ = inspect.signature(op)
+        function.__signature__ = inspect.signature(op)  # type: ignore[attr-defined]  # read by inspect.signature
     except (TypeError, ValueError):
         pass
     return function

@@ -51,7 +51,7 @@ class BlockProbes:
 
     def beyond_tolerance(self, element: ElementComparison) -> bool:
         """Whether an element's custom and finite-difference values differ by more than the tolerances."""
-        custom, numerical = element.custom, element.numerical
+        custom, numerical = measured(element)
         return abs(custom - numerical) > self.rtol * max(abs(custom), abs(numerical)) + self.atol
 
     def contracts(self, count: int) -> bool:
@@ -163,7 +163,8 @@ class BlockProbes:
         be narrowed is noted in `unmeasured`."""
         contracted = self.prober.z.dtype == np.float64
         outputs = max(1, self.upstream.size)
-        pending, found = [(start, stop, allowed)], []
+        pending = [(start, stop, allowed)]
+        found: list[ElementComparison] = []
         while pending and len(found) < LOCATED:
             start, stop, allowed = pending.pop()  # the worst part first, down to its elements (depth first)
             affordable = contracted or 2 * (min(stop - start, BLOCKS) + 1) * outputs <= self.budget
@@ -236,3 +237,10 @@ class BlockProbes:
                 )
             )
         return found[:LOCATED]
+
+
+def measured(element: ElementComparison) -> tuple[float, float]:
+    """The custom gradient and the finite difference of an element projection mode located, which measures both."""
+    if element.custom is None or element.numerical is None:
+        raise ValueError(f"the located element {element.input}{list(element.index)} lacks a measured value")
+    return element.custom, element.numerical

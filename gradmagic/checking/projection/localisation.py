@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from gradmagic.checking.differences import Axis
-from gradmagic.checking.projection.blocks import BlockProbes
+from gradmagic.checking.projection.blocks import BlockProbes, measured
 from gradmagic.checking.projection.constants import (
     BLOCKS,
     CALL_ELEMENTS,
@@ -106,7 +106,10 @@ class Locator:
         found = self.judge.elements(top, contracted=self.judge.contracts(len(top)))
         if count > LOCATED:
             return found, 0.0, self.reference_blocks(reference)
-        parts = [(e.numerical - e.custom) * prober.direction(self.row, self.element_of(e)) for e in found]
+        parts = []
+        for element in found:
+            custom, numerical = measured(element)
+            parts.append((numerical - custom) * prober.direction(self.row, self.element_of(element)))
         return found, self.mismatch - float(sum(parts)), []
 
     def reference_blocks(self, reference: np.ndarray) -> list[str]:
@@ -236,8 +239,13 @@ def worst_last(found: list[ElementComparison]) -> list[ElementComparison]:
     """`found` with its most wrong element (relative to the larger of its two values) moved last."""
     if not found:
         return found
-    worst = max(found, key=lambda e: abs(e.custom - e.numerical) / (max(abs(e.custom), abs(e.numerical)) or 1.0))
+    worst = max(found, key=_relative_error)
     return [e for e in found if e is not worst] + [worst]
+
+
+def _relative_error(element: ElementComparison) -> float:
+    custom, numerical = measured(element)
+    return abs(custom - numerical) / (max(abs(custom), abs(numerical)) or 1.0)
 
 
 def nonfinite_elements(prober: Prober) -> np.ndarray | None:

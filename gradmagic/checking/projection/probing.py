@@ -54,7 +54,7 @@ class Prober:
     def __init__(self, run: CheckRun, layout: Layout):
         self.run, self.layout = run, layout
         self.z = run.z(layout)
-        self._gradient_steps: dict[float, tuple[float, float]] = {}
+        self._gradient_steps: dict[float, tuple[float, float, float]] = {}
         self._step_totals: tuple[float, float] | None = None
         self.upstream_vector = probe_upstream(run.options.seed, run.rows.size).astype(self.z.dtype, copy=False)
         vjps = run.vjps(layout, self.z[None], self.upstream_vector[None], autodiff=False)
@@ -89,10 +89,11 @@ class Prober:
                 above = np.abs(custom) > atol
                 sample = magnitudes[above][:: max(1, int(np.count_nonzero(above)) // RESOLUTION_SAMPLE)]
                 highest = float(np.max(np.where(above, magnitudes, -1.0))) if sample.size else 0.0
-            quantiles = np.quantile(sample, [SMALL, 0.5]) if sample.size else None
-            self._gradient_steps[atol] = (
-                (float(quantiles[0]), float(quantiles[1]), highest) if sample.size else (0.0,) * 3
-            )
+            if sample.size:
+                small, median = np.quantile(sample, [SMALL, 0.5])
+                self._gradient_steps[atol] = (float(small), float(median), highest)
+            else:
+                self._gradient_steps[atol] = (0.0, 0.0, 0.0)
         return self._gradient_steps[atol]
 
     def _largest_step(self) -> tuple[int, float]:
@@ -171,10 +172,10 @@ class Prober:
         differences, predicted = np.empty(count), np.empty(count)
         weights = weights.astype(np.float32, copy=False)
         batch = max(1, CALL_ELEMENTS // max(1, self.z.size)) if weights.shape[1] > 1 else count
-        rows = np.asarray(rows, np.int32)
+        taken = np.asarray(rows, np.int32)
         for start in range(0, count, batch):
             part = slice(start, start + batch)
-            directions = Directions(self.signs, self.steps, rows[part], weights[part], self.custom)
+            directions = Directions(self.signs, self.steps, taken[part], weights[part], self.custom)
             plus, minus, along = self.run.evaluate(self.layout, directions, self.upstream_vector, signs=(1.0, -1.0))
             differences[part] = (plus - minus) / 2
             predicted[part] = along
