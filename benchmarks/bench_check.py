@@ -30,6 +30,12 @@
    process per framework: TensorFlow, Keras on JAX, Keras on PyTorch.
    Target: locating costs at most 3x the passing check; the one wrong
    element is still named.
+7. Float32-only ops (issue 30): smooth ops that refuse float64 (a float32
+   weight or constant inside, as every Keras layer's), each with a gradient
+   right and wrong by a factor of 0.1 % to 3 %, checked by gradmagic.check on
+   TensorFlow and, the anchor, by JAX's `check_grads` on the same op written
+   with `jax.custom_vjp` in float32. Target: every factor of 1 % or more
+   fails (goal 0.1 %); no correct op fails.
 
 Run: .venv/bin/python benchmarks/bench_check.py
 """
@@ -612,6 +618,126 @@ def failing_checks() -> None:
             )
 
 
+class Namespace:
+    """The few array functions the float32-only ops use, for TensorFlow or JAX."""
+
+    def __init__(self, module: str):
+        if module == "tf":
+            self.sin, self.cos, self.exp, self.tanh, self.sqrt = tf.sin, tf.cos, tf.exp, tf.tanh, tf.sqrt
+            self.sigmoid, self.softplus, self.matmul = tf.sigmoid, tf.math.softplus, tf.matmul
+            self.mean = lambda x: tf.reduce_mean(x, axis=-1, keepdims=True)
+            self.sum = lambda x: tf.reduce_sum(x, axis=-1, keepdims=True)
+            self.softmax, self.transpose = tf.nn.softmax, tf.transpose
+            self.constant = lambda value: tf.constant(value, tf.float32)
+        else:
+            import jax
+            import jax.numpy as jnp
+
+            self.sin, self.cos, self.exp, self.tanh, self.sqrt = jnp.sin, jnp.cos, jnp.exp, jnp.tanh, jnp.sqrt
+            self.sigmoid, self.softplus, self.matmul = jax.nn.sigmoid, jax.nn.softplus, jnp.matmul
+            self.mean = lambda x: jnp.mean(x, axis=-1, keepdims=True)
+            self.sum = lambda x: jnp.sum(x, axis=-1, keepdims=True)
+            self.softmax, self.transpose = jax.nn.softmax, jnp.transpose
+            self.constant = lambda value: jnp.asarray(value, jnp.float32)
+
+
+WEIGHTS = {
+    "w": RNG.uniform(0.5, 1.5, (3, 4)).astype(np.float32),
+    "W": (RNG.standard_normal((4, 5)) * 0.5).astype(np.float32),
+    "b": (RNG.standard_normal(5) * 0.1).astype(np.float32),
+    "gamma": RNG.uniform(0.5, 1.5, 4).astype(np.float32),
+}
+X32 = RNG.uniform(-2, 2, (3, 4)).astype(np.float32)
+
+
+def float32_ops(m: Namespace) -> dict:
+    """Smooth ops with float32 weights or constants: name -> (forward(x), vjp(x, u)), both in `m`'s framework."""
+    w, W, b, gamma = (m.constant(WEIGHTS[name]) for name in ("w", "W", "b", "gamma"))
+    c, k, log2 = m.constant(0.7978845608), m.constant(0.044715), m.constant(np.log(2))
+
+    def gelu(x):
+        return 0.5 * x * (1 + m.tanh(c * (x + k * x**3)))
+
+    def gelu_vjp(x, u):
+        t = m.tanh(c * (x + k * x**3))
+        return u * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x))
+
+    def layer_norm(x):
+        centred = x - m.mean(x)
+        return gamma * centred / m.sqrt(m.mean(centred * centred) + 1e-3)
+
+    def layer_norm_vjp(x, u):
+        centred = x - m.mean(x)
+        inverse = 1 / m.sqrt(m.mean(centred * centred) + 1e-3)
+        normal, g = centred * inverse, u * gamma
+        return inverse * (g - m.mean(g) - normal * m.mean(g * normal))
+
+    def softmax_vjp(x, u):
+        y = m.softmax(x * w)
+        return w * y * (u - m.sum(u * y))
+
+    def dense_vjp(x, u):
+        y = m.tanh(m.matmul(x, W) + b)
+        return m.matmul(u * (1 - y * y), m.transpose(W))
+
+    return {
+        "w * sin(x)": (lambda x: w * m.sin(x), lambda x, u: u * w * m.cos(x)),
+        "log(2) softplus(x)": (lambda x: log2 * m.softplus(x), lambda x, u: u * log2 * m.sigmoid(x)),
+        "w exp(-x^2)": (lambda x: w * m.exp(-x * x), lambda x, u: -2 * u * w * x * m.exp(-x * x)),
+        "GELU (tanh)": (gelu, gelu_vjp),
+        "layer norm, gamma": (layer_norm, layer_norm_vjp),
+        "softmax(w x)": (lambda x: m.softmax(x * w), softmax_vjp),
+        "tanh(x W + b)": (lambda x: m.tanh(m.matmul(x, W) + b), dense_vjp),
+    }
+
+
+FACTORS = (1.0, 1.001, 1.003, 1.01, 1.015, 1.03)
+
+
+def float32_resolution() -> None:
+    import jax
+    from jax.test_util import check_grads
+
+    print(
+        "\n7. Float32-only ops, the gradient right (1.0) or wrong by a factor: gradmagic.check (TensorFlow) / JAX's"
+        " check_grads; the correct op's worst error over gradmagic's tolerance, and the finite differences' dtype"
+        f"\n   {'op':22} " + " ".join(f"{factor:>10}" for factor in FACTORS) + "  correct  dtype"
+    )
+    tf_ops, jax_ops = float32_ops(Namespace("tf")), float32_ops(Namespace("jax"))
+    misses = {"gradmagic": 0, "check_grads": 0}
+    alarms = {"gradmagic": 0, "check_grads": 0}
+    for name, (forward, vjp) in tf_ops.items():
+        jax_forward, jax_vjp = jax_ops[name]
+        cells = []
+        for factor in FACTORS:
+            def op(x, forward=forward, vjp=vjp, factor=factor):
+                return forward(x), lambda u: vjp(x, u) * factor
+
+            report = gradmagic.check(tf.custom_gradient(op), tf.constant(X32), graph=False)
+            ours = report.verdict == "fail"
+            jax_op = jax.custom_vjp(jax_forward)
+            jax_op.defvjp(lambda x, f=jax_forward: (f(x), x), lambda x, u, g=jax_vjp, k=factor: (g(x, u) * k,))
+            try:
+                check_grads(jax_op, (jax.numpy.asarray(X32),), order=1, modes=["rev"])
+                theirs = False
+            except AssertionError:
+                theirs = True
+            for tool, failed in (("gradmagic", ours), ("check_grads", theirs)):
+                if factor == 1.0:
+                    alarms[tool] += failed
+                elif not failed:
+                    misses[tool] += abs(factor - 1) >= 0.01
+            mark = {True: "fail", False: "pass"}
+            cells.append(f"{mark[ours]}/{mark[theirs]}")
+            if factor == 1.0:
+                correct = f"{report.numerics.max_error or 0:7.2f}  {report.numerics.dtype}"
+        print(f"   {name:22} " + " ".join(f"{cell:>10}" for cell in cells) + f"  {correct}")
+    for tool in misses:
+        print(f"   {tool}: factors of 1 % or more passed: {misses[tool]}; false alarms on correct ops: {alarms[tool]}")
+    met = misses["gradmagic"] == 0 and alarms["gradmagic"] == 0
+    print(f"   target: every factor >= 1 % fails, no false alarm: {'met' if met else 'MISSED'}")
+
+
 if __name__ == "__main__":
     speed()
     at_a_million()
@@ -619,3 +745,4 @@ if __name__ == "__main__":
     deep_chain()
     planted_bugs()
     failing_checks()
+    float32_resolution()

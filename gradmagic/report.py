@@ -31,8 +31,8 @@ SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `graph`, 1.2 `sweep`, 1.3
 #: `op.backend` and `backends` (the portability check), 1.4 the surrogate verdict and `surrogate`, 1.5
 #: `graph.layout`, 1.6 the unchecked verdict and the composite origin, 1.7 `numerics.jacobians[].error` and
-#: `graph.layout.routes`, 1.8 `words`.
-SCHEMA_VERSION = "1.8"
+#: `graph.layout.routes`, 1.8 `words`, 1.9 `numerics.resolution`.
+SCHEMA_VERSION = "1.9"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
 
@@ -243,6 +243,26 @@ class JacobianBlock(_Shown):
 
 
 @dataclass(frozen=True)
+class InputResolution(_Shown):
+    """The smallest error of one input's (or variable's) gradient a check would have seen."""
+
+    input: str
+    #: The smallest relative error r for which the input's gradient, all of it (1 + r) times the right one, fails;
+    #: None where no element of it was judged (or its gradient is zero there).
+    relative: AnyFloat | None
+
+
+@dataclass(frozen=True)
+class Resolution(_Shown):
+    """What a check could resolve: the precision its finite differences ran in and why, and the smallest error it
+    would have seen in each input's gradient."""
+
+    dtype: str  # the float the finite differences ran in
+    why: str  # why that float: "`w` is a float32 variable", "the inputs' own", "the inputs cast up to float64 ..."
+    inputs: tuple[InputResolution, ...] = ()
+
+
+@dataclass(frozen=True)
 class Numerics(_Shown):
     """How the finite-difference comparison was done, and what it found."""
 
@@ -260,6 +280,7 @@ class Numerics(_Shown):
     worst: tuple[ElementComparison, ...] = ()
     jacobians: tuple[JacobianBlock, ...] = ()
     skipped_because: str | None = None
+    resolution: Resolution | None = added_in("1.9")  # what the comparison could resolve; None where it did not run
 
 
 @dataclass(frozen=True)
@@ -518,6 +539,12 @@ class Report(_Shown):
     #: The words every view shows, and the schema version that added them: the renderers write them beside the
     #: fields, as `words` (`gradmagic.render.words.report_data`); `to_dict()` does not, and `from_dict()` leaves them.
     WORDS: ClassVar[tuple[type, str]] = (ReportWords, "1.8")
+
+    @property
+    def resolution(self) -> Resolution | None:
+        """What the check could resolve (`numerics.resolution`): its precision and why, and per input the smallest
+        relative error it would have seen."""
+        return self.numerics.resolution
 
     @property
     def ok(self) -> bool:

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from gradmagic.checking import low_precision, precision, surrogate
+from gradmagic.checking import low_precision, precision, resolution, surrogate
 from gradmagic.checking.differences import (
     Axis,
     central_differences,
@@ -77,9 +77,9 @@ def compare_full(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
     kinks = _kinks(run, layout, z, steps, center, plus, minus, candidates, tolerance_t)
     given = rtol, atol  # what the user asked for (or the dtype's defaults), before a 16-bit float's measured noise
     needed_rtol = None
-    if low_precision.applies(dtype):  # in a 16-bit float: extrapolated, judged by the noise the steps measure
+    if low_precision.applies(dtype):  # below float64: extrapolated, judged by the noise the steps measure
         numerical_t, tolerance_t, error_t, (rtol, atol) = low_precision.extrapolated(
-            run, layout, z, steps, plus, minus, custom
+            run, layout, z, steps, plus, minus, custom, center, judged_rtol - rtol
         )
         # Their tolerance holds the rounding the steps measured; a step that rounds to zero measures nothing.
         rounded_t = np.broadcast_to((steps == 0)[:, None], numerical_t.shape).copy()
@@ -145,6 +145,7 @@ def compare_full(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
         max_error=float(finite_errors.max()) if finite_errors.size else None,
         worst=tuple(worst),
         jacobians=tuple(blocks),
+        resolution=resolution.of(run, layout, resolution.full(columns, custom, tolerance, judged)),
     )
 
 

@@ -29,8 +29,9 @@ from gradmagic.checking.differences import EPSILONS, aligned_empty, machine_epsi
 from gradmagic.checking.run import CheckRun, OpFailed, flat_upstream, tensor_meta
 from gradmagic.frameworks.base import Layout, RawGraph
 
-# Per raw function (dropped with it): whether the forward accepts an input layout cast up to a wider float, by layout.
-_ACCEPTS_WIDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per raw function (dropped with it): whether the forward accepts an input layout cast up to a wider float, by layout:
+# None where it does, else why not.
+_REFUSES_WIDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Per raw function: the precision it computes in (`effective`), by input layout.
 _EFFECTIVE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: The floats finite differences may run in, finest first: float32 only for ops of a coarser float.
@@ -41,24 +42,45 @@ def finest(run: CheckRun) -> Layout:
     """The layout with floating inputs cast to the finest float the forward accepts and keeps (`WIDER`, finer than
     the op's own precision); else the layout itself."""
     own = run.precision(run.layout)
-    known = _ACCEPTS_WIDER.setdefault(run.target.raw, {})
+    known = _REFUSES_WIDER.setdefault(run.target.raw, {})
     for wider in WIDER:
         if machine_epsilon(wider) >= machine_epsilon(own):
             break
         key = (_key(run, run.layout), wider)
         candidate = _cast(run, wider)
         if key not in known:
-            known[key] = _accepts(run, candidate, wider)
-        if known[key]:
+            known[key] = _refusal(run, candidate, wider)
+        if known[key] is None:
             return candidate
     return run.layout
+
+
+def reason(run: CheckRun, layout: Layout) -> str:
+    """Why the finite differences at `layout` run in its precision, in a few words ("`w` is a float32 variable")."""
+    dtype = run.precision(layout)
+    if run.effective is not None and dtype == run.effective:
+        return f"the op computes in {dtype} inside (measured)"
+    if layout is not run.layout:
+        return f"the inputs cast up to {dtype} (the op keeps it)"
+    if machine_epsilon(dtype) <= EPSILONS["float64"]:
+        return "the inputs' own"
+    if not run.options.float64:
+        return "float64=False was given"
+    dtypes, _ = run.dtypes_and_sizes(layout)
+    variables = [name for name, part in list(zip(run.columns.names, dtypes))[len(layout.perturbed) :] if part == dtype]
+    if variables:
+        named = ", ".join(f"`{name}`" for name in variables)
+        return f"{named} {'is a' if len(variables) == 1 else 'are'} {dtype} variable{'s'[: len(variables) - 1]}"
+    known = _REFUSES_WIDER.get(run.target.raw, {})
+    refusals = [known.get((_key(run, run.layout), wider)) for wider in WIDER]
+    return next((refusal for refusal in refusals if refusal), f"the inputs' own (the op keeps {dtype})")
 
 
 def refuse(run: CheckRun, layout: Layout) -> None:
     """The forward accepted `layout`, cast up, but the rest did not (the gradient function mixes in float32
     constants): remember to stay in the op's own precision."""
     wider = tensor_meta(run.adapter, layout.perturbed[0]).dtype
-    _ACCEPTS_WIDER[run.target.raw][(_key(run, run.layout), wider)] = False
+    _REFUSES_WIDER[run.target.raw][(_key(run, run.layout), wider)] = f"the gradient function refuses {wider} inputs"
 
 
 def _cast(run: CheckRun, dtype: str) -> Layout:
@@ -82,18 +104,22 @@ def _key(run: CheckRun, layout: Layout) -> tuple:
     )
 
 
-def _accepts(run: CheckRun, layout: Layout, dtype: str) -> bool:
-    """Whether the forward runs on these inputs and keeps their precision: outputs in `dtype` and, for float64,
-    nothing narrowed inside (elsewhere a narrower float inside is measured, `effective`)."""
+def _refusal(run: CheckRun, layout: Layout, dtype: str) -> str | None:
+    """None where the forward runs on these inputs and keeps their precision (outputs in `dtype` and, for float64,
+    nothing narrowed inside: elsewhere a narrower float inside is measured, `effective`); else why not."""
     adapter, target = run.adapter, run.target
     try:  # through the adapter, which runs it in the precision of the inputs (JAX: x64 for float64)
         forward = adapter.run_forward(lambda: target.raw(*layout.structure, **layout.kwargs), list(layout.inputs))
         outputs, _ = adapter.flatten(target.outputs_of(forward.result))
-    except Exception:  # the forward mixes in narrower constants or variables: stay in its own precision
-        return False
+    except Exception as error:  # the forward mixes in narrower constants or variables: stay in its own precision
+        return f"the forward refuses {dtype} inputs ({type(error).__name__})"
     metas = [adapter.meta(output) for output in outputs]
-    narrowed_outputs = any(meta is not None and meta.floating and meta.dtype != dtype for meta in metas)
-    return not narrowed_outputs and not (dtype == "float64" and forward.narrows_float64)
+    narrowed = [meta.dtype for meta in metas if meta is not None and meta.floating and meta.dtype != dtype]
+    if narrowed:
+        return f"the op returns {narrowed[0]} for {dtype} inputs"
+    if dtype == "float64" and forward.narrows_float64:
+        return "the op computes float64 inputs in a narrower float inside"
+    return None
 
 
 #: A custom gradient written for an op's own precision may differ from the derivative by this many of its roundings,

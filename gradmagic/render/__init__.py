@@ -9,7 +9,7 @@ data carries them (`words.report_data`), never wording them again.
 import math
 from decimal import ROUND_HALF_UP, Decimal
 
-from gradmagic.report import Report, element_label
+from gradmagic.report import Report, Resolution, element_label
 
 #: A check running longer than this (seconds) shows a progress bar.
 PROGRESS_AFTER = 0.5
@@ -122,8 +122,8 @@ def comparison_cells(element) -> list[str]:
 
 
 def key_figures(report: Report) -> str:
-    """The key figures after the verdict: `full mode · 3 elements in float64 · worst error 0.021 of tolerance ·
-    24 ms`."""
+    """The key figures after the verdict: `full mode · 3 elements in float64 · worst error 0.021 of tolerance · sees
+    0.001 % off · 24 ms` (a whole gradient that far off fails, in every input: `numerics.resolution`)."""
     numerics = report.numerics
     if numerics.mode == "skipped":
         parts = [f"numbers not compared: {numerics.skipped_because or 'no reason given'}"]
@@ -133,6 +133,9 @@ def key_figures(report: Report) -> str:
             parts.append(f"worst error {format_number(numerics.max_error)} of tolerance")
         if numerics.mode == "projection":
             parts.append(counted(numerics.probes, "random direction"))
+        resolved = [entry.relative for entry in numerics.resolution.inputs] if numerics.resolution else []
+        if resolved and None not in resolved:  # the coarsest input's: what every input's gradient was seen to
+            parts.append(f"sees {percent(max(resolved))} off")
     parts.append(f"{report.timings.get('total', 0) * 1e3:.0f} ms")
     return " · ".join(parts)
 
@@ -170,7 +173,30 @@ def numerics_summary(report: Report) -> str:
             f"; tolerance rtol {format_number(numerics.rtol)}, atol {format_number(numerics.atol)}, "
             f"step {format_number(numerics.eps)} × max(|x|, 1)"
         )
-    return f"Finite differences ({numerics.mode} mode): {detail}."
+    resolution = resolution_sentence(numerics.resolution)
+    return f"Finite differences ({numerics.mode} mode): {detail}." + (f" {resolution}" if resolution else "")
+
+
+def resolution_sentence(resolution: Resolution | None) -> str | None:
+    """What the comparison could resolve, in a sentence: "It would have seen a gradient 0.0038 % off in x, 0.0042 %
+    in w; in float32: `w` is a float32 variable." None without a resolution."""
+    if resolution is None:
+        return None
+    seen = [(entry.input, percent(entry.relative)) for entry in resolution.inputs if entry.relative is not None]
+    why = f"in {resolution.dtype} ({resolution.why})"
+    if not seen:
+        return f"Compared {why}."
+    figures = {figure for _, figure in seen}
+    if len(figures) == 1 and len(seen) > 1:
+        where = f"{seen[0][1]} off in any of its inputs"
+    else:
+        where = ", ".join(f"{figure} {'off in' if k == 0 else 'in'} {name}" for k, (name, figure) in enumerate(seen))
+    return f"It would have seen a whole gradient {where}; {why}."
+
+
+def percent(relative: float) -> str:
+    """A relative error as a percentage of two significant digits: "0.0038 %", "12 %"."""
+    return f"{float(f'{relative * 100:.2g}'):g} %"
 
 
 def no_sweep_reason(report: Report, live: bool = False) -> str:
@@ -192,8 +218,7 @@ def no_sweep_reason(report: Report, live: bool = False) -> str:
         if problem.code == "sweep-unavailable":
             return problem.message
     return (
-        "No sweep: it needs a scalar input or an op element-wise in an input (output[i] depending on input[i] "
-        "alone)."
+        "No sweep: it needs a scalar input or an op element-wise in an input (output[i] depending on input[i] alone)."
     )
 
 

@@ -155,9 +155,7 @@ def label_place(ends, text_length: int, others, boxes) -> tuple[float, float]:
     longest segment when no place is free. As `labelPlace` in graphview.ts."""
     width = text_length * LABEL_CHAR
     obstacles = [segment for polyline in others for segment in zip(polyline, polyline[1:])]
-    segments = sorted(
-        zip(ends, ends[1:]), key=lambda s: -math.hypot(s[1][0] - s[0][0], s[1][1] - s[0][1])
-    )
+    segments = sorted(zip(ends, ends[1:]), key=lambda s: -math.hypot(s[1][0] - s[0][0], s[1][1] - s[0][1]))
 
     def free(x: float, y: float) -> bool:
         box = _label_box(x, y, width)
@@ -242,7 +240,7 @@ def graph_svg(graph: Graph) -> str:
         half = halves[node.id]
         title, detail = _node_text(node)
         parts.append(
-            f'<g><title>{escape(node.label + (f" ({node.op})" if node.op else ""))}</title>'
+            f"<g><title>{escape(node.label + (f' ({node.op})' if node.op else ''))}</title>"
             f'<rect x="{x - half:.1f}" y="{y - BOX_HEIGHT / 2:.1f}" width="{2 * half:.1f}" height="{BOX_HEIGHT}" '
             f'rx="5" fill="{ROLE_COLOURS.get(node.role, "#57606a")}"/>'
             f'<text x="{x:.1f}" y="{y - 3 if detail else y + 4:.1f}" font-size="11" fill="#ffffff" '
@@ -266,8 +264,7 @@ def graph_summary(graph: Graph) -> str:
     forward = sum(node.count for node in graph.nodes if node.role == "forward")
     backward = sum(node.count for node in graph.nodes if node.role == "backward")
     kept = (
-        f"the backward keeps {format_bytes(graph.saved_bytes)} alive "
-        f"({counted(graph.saved_tensors, 'saved tensor')})"
+        f"the backward keeps {format_bytes(graph.saved_bytes)} alive ({counted(graph.saved_tensors, 'saved tensor')})"
         if graph.saved_tensors
         else "the backward keeps nothing from the forward"
     )

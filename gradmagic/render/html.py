@@ -279,7 +279,7 @@ def render_watch_html(report: WatchReport) -> str:
             )
         parts.append(  # a table still too wide for the page scrolls in its own frame, never runs off it
             '<div style="max-width: 100%; overflow-x: auto"><table style="border-collapse: collapse; margin: 4px 0; '
-            f"font-size: 12px\"><tr>{head}</tr>{''.join(rows)}</table></div>"
+            f'font-size: 12px"><tr>{head}</tr>{"".join(rows)}</table></div>'
         )
     parts.append("</div>")
     return _ascii("".join(parts))

@@ -35,9 +35,7 @@ _PER_OP = {
 __all__ = ["MEMORY_LIMIT", "Watch", "watch"]
 
 
-def watch(
-    *, check: bool = True, memory_limit: int = MEMORY_LIMIT, surrogates: Any = (), **options: Any
-) -> Watch:
+def watch(*, check: bool = True, memory_limit: int = MEMORY_LIMIT, surrogates: Any = (), **options: Any) -> Watch:
     """Watch the custom gradients the code in a `with` block reaches, and check each at the inputs it received.
 
     Every call of every custom-gradient op (`tf.custom_gradient`, `keras.ops.custom_gradient` on TensorFlow, ops made

@@ -7,7 +7,7 @@
 /** The MIME type under which a Report travels from the kernel. */
 export const MIME_TYPE = 'application/vnd.gradmagic.report+json';
 /** The Report schema's version this extension was built with; it reads its major version. */
-export const SCHEMA_VERSION = '1.8';
+export const SCHEMA_VERSION = '1.9';
 
 /** The MIME type under which a WatchReport travels from the kernel. */
 export const WATCH_MIME_TYPE = 'application/vnd.gradmagic.watch-report+json';
@@ -126,6 +126,8 @@ export interface INumerics {
   worst: IElementComparison[];
   jacobians: IJacobianBlock[];
   skipped_because: string | null;
+  /** What the comparison could resolve; None where it did not run. Added in 1.9. */
+  resolution?: IResolution | null;
 }
 
 /** A float, NaN and the infinities included: JSON carries those as the strings "NaN", "Infinity" and "-Infinity". */
@@ -162,6 +164,28 @@ export interface IJacobianBlock {
    * difference). Added in 1.7.
    */
   error?: (AnyFloat | null)[] | null;
+}
+
+/**
+ * What a check could resolve: the precision its finite differences ran in and why, and the smallest error it would have
+ * seen in each input's gradient.
+ */
+export interface IResolution {
+  /** The float the finite differences ran in. */
+  dtype: string;
+  /** Why that float: "`w` is a float32 variable", "the inputs' own", "the inputs cast up to float64 ...". */
+  why: string;
+  inputs: IInputResolution[];
+}
+
+/** The smallest error of one input's (or variable's) gradient a check would have seen. */
+export interface IInputResolution {
+  input: string;
+  /**
+   * The smallest relative error r for which the input's gradient, all of it (1 + r) times the right one, fails; None
+   * where no element of it was judged (or its gradient is zero there).
+   */
+  relative: AnyFloat | null;
 }
 
 /** The op's forward and backward as the framework traced them, plumbing folded away unless `raw`. */

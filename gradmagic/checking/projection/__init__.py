@@ -38,7 +38,7 @@ from gradmagic.checking.projection.blocks import BlockProbes
 from gradmagic.checking.projection.constants import NOISE_MARGIN, SINGLE_ELEMENT_WARNING
 from gradmagic.checking.projection.detection import Detection, detect, probe
 from gradmagic.checking.projection.localisation import Locator
-from gradmagic.checking.projection.probing import Prober, probe_upstream, random_signs
+from gradmagic.checking.projection.probing import Prober, probe_upstream, product_totals, random_signs
 from gradmagic.checking.projection.wording import (
     Mismatch,
     report_autodiff,
@@ -46,9 +46,10 @@ from gradmagic.checking.projection.wording import (
     report_resolution,
     resolution,
 )
+from gradmagic.checking.resolution import of as resolution_of
 from gradmagic.checking.run import CheckRun, Evidence
 from gradmagic.frameworks.base import Layout
-from gradmagic.report import ElementComparison, Numerics
+from gradmagic.report import ElementComparison, InputResolution, Numerics
 
 __all__ = ["compare_projected", "probe_upstream", "random_signs"]
 
@@ -71,6 +72,8 @@ def compare_projected(run: CheckRun, layout: Layout, evidence: Evidence) -> Nume
         return Numerics(mode="skipped", skipped_because="finite differences along random directions are NaN/Inf")
     detection = detect(run, layout, prober, measured)
     judge = BlockProbes(prober, detection.relative_truncation, epsilon, rtol, atol)
+    seen = detection.threshold * float(np.min(detection.scale))
+    inputs = input_resolutions(run, prober, seen)
     if detection.failing.any():
         located, max_error = _located(run, prober, detection, judge, evidence)
     else:
@@ -87,6 +90,7 @@ def compare_projected(run: CheckRun, layout: Layout, evidence: Evidence) -> Nume
         probes=options.probes,
         noise_floor=detection.noise_floor,
         worst=tuple(located),
+        resolution=resolution_of(run, layout, inputs),
     )
 
 
@@ -141,3 +145,13 @@ def _passed(
         tolerated = (judge.rtol, judge.atol)
         report_resolution(run, layout, prober, seen, dtype, tolerated, detection.threshold, judge.unmeasured)
     return located, max_error
+
+
+def input_resolutions(run: CheckRun, prober: Prober, seen: float) -> tuple[InputResolution, ...]:
+    """Per input, the smallest relative error of its whole gradient the probes would typically have seen: `seen`,
+    the smallest mismatch a probe fails beyond, over sqrt(sum (g_i h_i)^2) of its elements (`resolution.py`)."""
+    columns, found = run.columns, []
+    for name, start, stop in zip(columns.names, columns.offsets, columns.offsets[1:]):
+        _, typical = product_totals(prober.custom[start:stop], prober.steps[start:stop])
+        found.append(InputResolution(name, seen / typical if typical > 0 and np.isfinite(seen) else None))
+    return tuple(found)
