@@ -22,7 +22,7 @@ from gradmagic.magic_line import split_words
 from gradmagic.notebook import contexts, display
 from gradmagic.notebook.kernel import source_label, user_namespace
 from gradmagic.render.text import render_text
-from gradmagic.report import Graph, Report
+from gradmagic.report import CheckedInput, Graph, Report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +33,13 @@ class CheckContext:
     options: CheckOptions
     examples: tuple[example_inputs.ExampleInput, ...] = ()  # as typed (magics); evaluated again on re-check
     arguments: tuple[list, dict] | None = None  # as given (gradmagic.check), used when no inputs are typed
+    #: Where the inputs came from, as the report says it: "the cell's --check", "%gradcheck", ...
+    inputs_from: str = "gradmagic.check's arguments"
+    rechecked: bool = False  # the inputs are a Re-check's, typed in the report, not those `inputs_from` gave
+
+    @property
+    def inputs_said(self) -> str:
+        return f"Re-check, not {self.inputs_from}" if self.rechecked else self.inputs_from
 
     @property
     def inputs_text(self) -> str:
@@ -46,8 +53,15 @@ class CheckContext:
             step(0.9, "other backends")
             report = portability.with_backends(report, self.op, tuple(args), kwargs, self.options, source_label)
         step(1.0, "done")
+        report = dataclasses.replace(report, inputs=self._typed(report.inputs), inputs_from=self.inputs_said)
         contexts.remember(report, self)
         return report
+
+    def _typed(self, inputs: tuple[CheckedInput, ...]) -> tuple[CheckedInput, ...]:
+        """The inputs the check ran at, each with the expression it was typed as (an argument's leaves, `pair[0]`,
+        with the argument's)."""
+        typed = {example.name: example.expression for example in self.examples}
+        return tuple(dataclasses.replace(found, expression=typed.get(found.name.split("[")[0])) for found in inputs)
 
     def recheck(self, text: str, overrides: dict, progress: Callable[[float, str], None] | None = None) -> Report:
         """Check again with the inputs typed in `text` (`x=EXPR y=EXPR`; empty: the same inputs) and `overrides`."""
@@ -70,6 +84,7 @@ class CheckContext:
             options=dataclasses.replace(self.options, **overrides, sources=sources),
             examples=examples,
             arguments=None if examples else arguments,
+            rechecked=self.rechecked or examples != self.examples,
         )
         return context.run(*arguments, progress=progress)
 
@@ -101,9 +116,22 @@ def check(
     signature, `kwargs` that are not keyword arguments, a `progress` that
     cannot be called with `(fraction, phase)`, an unknown option or framework.
     """
+    return check_given(op, args, kwargs, framework, progress, options, "gradmagic.check's arguments")
+
+
+def check_given(
+    op: Callable,
+    args: tuple,
+    kwargs: dict | None,
+    framework: str,
+    progress: Callable[[float, str], None] | None,
+    options: dict,
+    inputs_from: str,
+) -> Report:
+    """`check`, its report saying where its inputs came from (`inputs_from`: "a watched training's call 3")."""
     settings = _options(op, kwargs, progress, framework, options, args)
     display.register()
-    context = CheckContext(op, settings, arguments=(list(args), dict(kwargs or {})))
+    context = CheckContext(op, settings, arguments=(list(args), dict(kwargs or {})), inputs_from=inputs_from)
     return context.run(list(args), dict(kwargs or {}), progress=progress)
 
 
@@ -150,7 +178,8 @@ def _options(op: Any, kwargs: Any, progress: Any, framework: Any, options: dict,
             raise TypeError(f"kwargs must name the op's keyword arguments, not {_shown(key)}")
     if progress is not None and not _takes_two(progress):
         raise TypeError(f"progress must be a callable(fraction, phase), not {_shown(progress)}")
-    settings = CheckOptions.of(framework=framework, **options)
+    given = {name: name for name in options if name != "sources"}  # as the report names them: by their names
+    settings = CheckOptions.of(framework=framework, **options, sources={**given, **options.get("sources", {})})
     _check_call(op, args, kwargs or {})
     return settings
 

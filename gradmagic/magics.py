@@ -321,7 +321,7 @@ class GradientMagics(Magics):
                     f"({adapter.display_name} {adapter.version})."
                 )
             return None
-        report = self._check(op, examples, arguments, settings)
+        report = self._check(op, examples, arguments, settings, "the cell's --check")
         return None if quiet and report.ok else report
 
     @magic_arguments.magic_arguments()
@@ -349,7 +349,7 @@ class GradientMagics(Magics):
             if options.surrogate is None and info is not None and info.surrogate:
                 options.surrogate = True
             settings = self._settings(options, info.framework if info else self.framework)
-            return self._check(op, examples, arguments, settings)
+            return self._check(op, examples, arguments, settings, "%gradcheck")
         except GradmagicError as error:
             raise _usage(str(error)) from None
 
@@ -587,7 +587,8 @@ class GradientMagics(Magics):
         `--rtol` on the line, `%config GradientMagics.rtol`)."""
         line = {name: getattr(options, name) for name in ("rtol", "atol", "eps", "order", "graph", "sweep")}
         configured = {name: getattr(self, name) for name in ("full_threshold", "probes", "seed")}
-        sources = {name: f"%config GradientMagics.{name}" for name in (*line, *configured, "framework")}
+        names = (*line, *configured, "framework")
+        sources = {name: f"%config GradientMagics.{name}" for name in names if self._configured(name)}
         sources.update({name: f"--{name}" for name, value in line.items() if value is not None})
         if options.backends is not None:
             sources["backends"] = "--backends"
@@ -606,15 +607,23 @@ class GradientMagics(Magics):
         """The check options `%config GradientMagics` sets, for a watch: each named as `%config` sets it."""
         names = ("rtol", "atol", "eps", "order", "graph", "sweep", "full_threshold", "probes", "seed")
         settings = {name: getattr(self, name) for name in names}
-        return {**settings, "sources": {name: f"%config GradientMagics.{name}" for name in names}}
+        return {
+            **settings,
+            "sources": {name: f"%config GradientMagics.{name}" for name in names if self._configured(name)},
+        }
 
-    def _check(self, op, examples, arguments: tuple[list, dict], settings: CheckOptions):
-        """Run the check with these options; the report can re-check."""
+    def _configured(self, name: str) -> bool:
+        """Whether `%config` set the trait `name` to other than its default (what the report lists as given)."""
+        return name in self.config.get("GradientMagics", {}) and getattr(self, name) != self.trait_defaults(name)
+
+    def _check(self, op, examples, arguments: tuple[list, dict], settings: CheckOptions, inputs_from: str):
+        """Run the check with these options; the report can re-check. `inputs_from`: where the inputs came from, as
+        the report says it ("the cell's --check")."""
         from gradmagic.api import CheckContext
         from gradmagic.notebook.progress import ProgressBar
 
         with ProgressBar() as progress:
-            return CheckContext(op, settings, examples).run(*arguments, progress=progress)
+            return CheckContext(op, settings, examples, inputs_from=inputs_from).run(*arguments, progress=progress)
 
     def _evaluate_op(self, expression: str):
         try:

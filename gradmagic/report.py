@@ -31,7 +31,8 @@ SCHEMA_ID = "urn:gradmagic:schema:report"
 #: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `graph`, 1.2 `sweep`, 1.3
 #: `op.backend` and `backends` (the portability check), 1.4 the surrogate verdict and `surrogate`, 1.5
 #: `graph.layout`, 1.6 the unchecked verdict and the composite origin, 1.7 `numerics.jacobians[].error` and
-#: `graph.layout.routes`, 1.8 `words`, 1.9 `numerics.resolution`.
+#: `graph.layout.routes`, 1.8 `words`, 1.9 `numerics.resolution`, `inputs`,
+#: `inputs_from` and `words.checked_at`.
 SCHEMA_VERSION = "1.9"
 #: The MIME type under which a Report travels to the JupyterLab extension.
 MIME_TYPE = "application/vnd.gradmagic.report+json"
@@ -240,6 +241,18 @@ class JacobianBlock(_Shown):
     #: The check's scaled error of each entry (1.0 is the tolerance; -1 where nothing was judged: a kink, no finite
     #: difference).
     error: list[AnyFloat | None] | None = added_in("1.7")
+
+
+@dataclass(frozen=True)
+class CheckedInput(_Shown):
+    """One example input the check ran at (a leaf of the op's arguments): how it was given and what it held."""
+
+    name: str  # as the report names its elements: "x", "args[1]", "pair[0]"
+    dtype: str | None
+    shape: Shape | None
+    minimum: AnyFloat | None = None  # its smallest and largest finite value (None for strings and empty tensors)
+    maximum: AnyFloat | None = None
+    expression: str | None = None  # the expression it was typed as (`--check x=EXPR`, Re-check); None for values
 
 
 @dataclass(frozen=True)
@@ -508,6 +521,8 @@ class ReportWords:
     graph: str | None  # the gradient graph's summary; None without a graph
     no_graph: str | None  # why there is no gradient graph; None with one
     timings: str | None  # what ran the op, the execution mode, and the time of each phase of the check
+    #: What it checked, in a sentence: the inputs (expressions and values), where they came from, the options given.
+    checked_at: str | None = added_in("1.9")
 
 
 @dataclass(frozen=True)
@@ -529,6 +544,10 @@ class Report(_Shown):
     #: A custom gradient that is deliberately not the derivative: declared (surrogate=True), or recognised from an
     #: fd-mismatch; None otherwise.
     surrogate: Surrogate | None = added_in("1.4")
+    inputs: tuple[CheckedInput, ...] = added_in("1.9", ())  # the example inputs it ran at
+    #: Where those inputs came from: "the cell's --check", "%gradcheck", "gradmagic.check's arguments", "Re-check,
+    #: not the cell's --check", ...; None where not said (data saved before 1.9).
+    inputs_from: str | None = added_in("1.9")
 
     #: `$schema` and `version` head its data.
     ID: ClassVar[str] = SCHEMA_ID

@@ -450,10 +450,12 @@ def test_an_op_that_stays_in_its_16_bit_float_passes_where_right_and_fails_a_wro
                 assert report.numerics.max_error < 0.8, (name, report.numerics.max_error)
             else:
                 assert report.codes() == ["fd-mismatch"], (name, factor, report.numerics.max_error)
-    # At twice the right gradient, every diagonal element whose derivative is not within the rounding is named.
+    # At twice the right gradient, every diagonal element whose derivative is not within the rounding is named (one
+    # of the ten sits where bfloat16's noise, measured along it, is as large as the error; the factor is named).
     gelu, x = _own_float_ops(tf.bfloat16, 2.0)["gelu"]
     message = problem(gradmagic.check(gelu, tf.constant(x, tf.bfloat16)), "fd-mismatch").message
-    assert "at 10 of 169 Jacobian elements" in message, message
+    assert re.search("at (9|10) of 169 Jacobian elements", message), message
+    assert message.startswith("dx is 2.0"), message
 
 
 def test_ml_dtypes_bfloat16_never_reaches_numpy_code_and_an_error_of_gradmagics_own_is_raised_as_its_own(monkeypatch):
@@ -613,11 +615,15 @@ def test_a_declared_surrogate_quotes_autodiff_next_to_each_element_it_names(batt
     report = report_of(battery[backend]["square passed through"])
     message = problem(report, "surrogate-differs").message
     number = r"(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
-    element = rf"d output\[(\d+)\] / d x\[(\d+)\]: surrogate 1, finite differences {number}, autodiff {number}"
+    element = (
+        rf"d output\[(\d+)\] / d x\[(\d+)\] at x\[\d+\] = {number}: surrogate 1, finite differences {number}, "
+        rf"autodiff {number}"
+    )
     listed = re.findall(element, message)
     assert len(listed) == 5, message
     x = np.array([-1.3, -0.61, -0.23, 0.12, 0.37, 0.83, 1.4], np.float32)
-    for row, column, numerical, autodiff in listed:
+    for row, column, value, numerical, autodiff in listed:
+        assert float(value) == pytest.approx(x[int(column)], abs=1e-2)
         assert row == column and float(autodiff) == pytest.approx(2 * x[int(column)], rel=1e-4)
         assert float(numerical) == pytest.approx(2 * x[int(column)], rel=1e-4)
     assert "agrees with the true derivative there" in message

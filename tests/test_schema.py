@@ -99,7 +99,8 @@ def test_a_report_saved_by_schema_1_7_validates_reads_and_renders(name):
     jsonschema.validate(data, schema())
     report = Report.from_dict(data)
     # Read again, it is current data: the fields added since 1.7 take their defaults.
-    assert report.to_dict() == {**data, "version": SCHEMA_VERSION, "numerics": {**data["numerics"], "resolution": None}}
+    added = {"numerics": {**data["numerics"], "resolution": None}, "inputs": [], "inputs_from": None}
+    assert report.to_dict() == {**data, "version": SCHEMA_VERSION, **added}
     words = report_words(report)
     assert words.verdict in render_html(report).lower() and words.figures.split(" · ")[0] in render_html(report)
 

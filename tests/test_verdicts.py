@@ -455,7 +455,9 @@ def test_a_constant_factor_is_named_only_where_it_explains_every_wrong_element()
     varying = gradmagic.check(lambda x: (tf.sin(x), lambda u: u * tf.cos(x) * (1 + 1e-4 * x)), x)
     assert "fd-mismatch" in varying.codes() and "constant factor" not in problem(varying, "fd-mismatch").message
     constant = gradmagic.check(lambda x: (tf.sin(x), lambda u: u * tf.cos(x) * 1.5), x)
-    assert "1.5 times the finite differences: a constant factor is off" in problem(constant, "fd-mismatch").message
+    assert "dx is 1.5 times the finite differences at every element: a constant factor is off" in problem(
+        constant, "fd-mismatch"
+    ).message
 
 
 def embedding(factor: float = 1.0):

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 from gradmagic.checking.differences import Axis
 from gradmagic.checking.run import CheckInputs, CheckRun, Subject, Trial, known_shape, tensor_meta
 from gradmagic.frameworks.base import Adapter, Layout
-from gradmagic.report import TensorRow
+from gradmagic.report import CheckedInput, TensorRow
 
 
 def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> CheckInputs | None:
@@ -32,9 +34,25 @@ def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> CheckInputs | No
         return None
     leaves, _ = adapter.flatten(structure)
     inputs = CheckInputs(structure, kwargs, leaves, names, [tensor_meta(adapter, leaf) for leaf in leaves])
-    for name, meta in zip(names, inputs.metas):
+    for name, leaf, meta in zip(names, leaves, inputs.metas):
         run.findings.rows.append(TensorRow("input", name, meta.shape, meta.dtype))
+        run.findings.inputs.append(CheckedInput(name, meta.dtype, meta.shape, *value_range(adapter, leaf)))
     return inputs
+
+
+def value_range(adapter: Adapter, leaf) -> tuple[float | None, float | None]:
+    """The smallest and largest finite value of an input (None, None for one without numbers, or whose values only
+    running a graph gives)."""
+    try:
+        values = np.asarray(adapter.to_numpy(leaf))
+    except Exception:  # a graph's placeholder: its values come with the session
+        return None, None
+    if values.dtype.kind not in "biuf" or not values.size:
+        return None, None
+    finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values
+    if not finite.size:
+        return None, None
+    return float(finite.min()), float(finite.max())
 
 
 def name_inputs(adapter: Adapter, signature: inspect.Signature | None, args: tuple) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradmagic.frameworks.wording import Wording
-from gradmagic.report import Location, Problem, Severity, Surrogate, TensorRow
+from gradmagic.report import CheckedInput, Location, Problem, Severity, Surrogate, TensorRow, element_label
 
 #: How many element indices a message lists.
 LISTED = 5
@@ -25,6 +25,7 @@ class Findings:
     source: str | None = None  # how the user names the op's source: "Cell In[3]" or a file path
     problems: list[Problem] = field(default_factory=list)
     rows: list[TensorRow] = field(default_factory=list)
+    inputs: list[CheckedInput] = field(default_factory=list)  # the example inputs (`arguments.prepare_inputs`)
     surrogate: Surrogate | None = None  # a declared or recognised surrogate gradient (see surrogate.py)
     #: Why the check stopped before comparing any number though nothing failed (non-finite example inputs): the
     #: reason of its "not checked".
@@ -53,3 +54,15 @@ def identifier(name: str) -> str:
 def plural(count: int, word: str) -> str:
     """`1 gradient`, `2 gradients`."""
     return f"{count} {word}{'s' if count != 1 else ''}"
+
+
+def one_element_off(name: str, index: tuple, value: float | None, custom: float, numerical: float) -> str:
+    """What is wrong where one element alone is: "dx is 1.1 times the finite differences (10 % off) at x[2] = 0.731
+    alone", "dx has the opposite sign at x[2] = -1 alone"."""
+    at = element_label(name, index) + ("" if value is None else f" = {value:.4g}")
+    ratio = custom / numerical
+    if ratio == 0:
+        return f"d{name} is zero at {at} where the finite differences give {numerical:.6g}: a term is missing."
+    if abs(ratio + 1) < 1e-3:
+        return f"d{name} has the opposite sign at {at} alone."
+    return f"d{name} is {ratio:.4g} times the finite differences ({abs(ratio - 1) * 100:.3g} % off) at {at} alone."

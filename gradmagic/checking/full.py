@@ -24,7 +24,7 @@ from gradmagic.checking.differences import (
     steps_for,
     tolerances,
 )
-from gradmagic.checking.findings import LISTED, Findings
+from gradmagic.checking.findings import LISTED, Findings, one_element_off
 from gradmagic.checking.run import CheckRun, Evidence, OwnPrecision
 from gradmagic.frameworks.base import Layout, Vjps
 from gradmagic.report import ElementComparison, JacobianBlock, Numerics, Severity, element_label
@@ -78,11 +78,14 @@ def compare_full(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
     given = rtol, atol  # what the user asked for (or the dtype's defaults), before a 16-bit float's measured noise
     needed_rtol = None
     if low_precision.applies(dtype):  # below float64: extrapolated, judged by the noise the steps measure
+        fixed = numerical_t, tolerance_t, error_t
         numerical_t, tolerance_t, error_t, (rtol, atol) = low_precision.extrapolated(
             run, layout, z, steps, plus, minus, custom, center, judged_rtol - rtol
         )
         # Their tolerance holds the rounding the steps measured; a step that rounds to zero measures nothing.
         rounded_t = np.broadcast_to((steps == 0)[:, None], numerical_t.shape).copy()
+        if not low_precision.coarser_than_float32(dtype):
+            numerical_t, tolerance_t, error_t = low_precision.no_looser(fixed, (numerical_t, tolerance_t, error_t))
     else:
         # A difference beyond its tolerance, which holds the rounding, is a finding whatever the step; one within it
         # judges nothing where the rounding alone is as large as the tolerance.
@@ -122,7 +125,7 @@ def compare_full(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
         )
     _confirm_none_gradients(findings, columns, numerical_t, tolerance_t, judged.T)
     if mismatched.any():
-        _report_mismatch(run, evidence, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
+        _report_mismatch(run, evidence, z, mismatched, ranked, custom, numerical, autodiff, tolerance, judged)
     elif options.surrogate:
         surrogate.report_declared_match(findings)
     _report_autodiff(run, own, evidence.traced.forward_ops, numerical, autodiff, tolerance, judged, mismatched)
@@ -149,16 +152,16 @@ def compare_full(run: CheckRun, layout: Layout, evidence: Evidence) -> Numerics:
     )
 
 
-def report_listing(ranked, mismatched, columns: Axis, rows: Axis, values) -> tuple[list[str], tuple[int, int]]:
-    """The worst mismatched entries as `d out[i] / d in[j]: <values(row, column)>`, and the worst (row, column)."""
+def report_listing(ranked, mismatched, columns: Axis, rows: Axis, values, z=None) -> tuple[list[str], tuple[int, int]]:
+    """The worst mismatched entries as `d out[i] / d in[j] at in[j] = 0.5: <values(row, column)>` (the input's value
+    where `z` is given), and the worst (row, column)."""
     entries = [(row, column) for row, column in ranked if mismatched[row, column]]
     lines = []
     for row, column in entries[:LISTED]:
         output, output_index = rows.label(int(row))
-        element, index = columns.label(int(column))
-        lines.append(
-            f"d {element_label(output, output_index)} / d {element_label(element, index)}: {values(row, column)}"
-        )
+        element = element_label(*columns.label(int(column)))
+        at = "" if z is None else f" at {element} = {float(z[column]):.4g}"
+        lines.append(f"d {element_label(output, output_index)} / d {element}{at}: {values(row, column)}")
     return lines, entries[0]
 
 
@@ -387,7 +390,7 @@ def _report_unjudged(unjudged, z, steps, custom, columns: Axis, findings: Findin
 
 
 def _report_mismatch(
-    run: CheckRun, evidence: Evidence, mismatched, ranked, custom, numerical, autodiff, tolerance, judged
+    run: CheckRun, evidence: Evidence, z, mismatched, ranked, custom, numerical, autodiff, tolerance, judged
 ):
     """fd-mismatch, or surrogate-differs for a declared surrogate (see surrogate.py)."""
     options, findings, columns, rows = run.options, run.findings, run.columns, run.rows
@@ -399,7 +402,7 @@ def _report_mismatch(
         found = f"{label} {custom[row, column]:.6g}, finite differences {numerical[row, column]:.6g}"
         return found + (f", autodiff {autodiff[row, column]:.6g}" if quoted else "")
 
-    listing, (row, column) = report_listing(ranked, mismatched, columns, rows, values)
+    listing, (row, column) = report_listing(ranked, mismatched, columns, rows, values, z)
     input_name, index = columns.label(int(column))
     output_name, output_index = rows.label(int(row))
     square = surrogate.square_block(columns, rows)
@@ -416,7 +419,7 @@ def _report_mismatch(
         where + (f", by up to {largest:.3g}" if options.surrogate else ""),
         "; ".join(listing),
         dict(input=input_name, index=index, output=output_name, output_index=output_index),
-        _pattern(mismatched, custom, numerical, tolerance),
+        _diagnosis(columns, rows, z, mismatched, judged, custom, numerical, tolerance),
         surrogate.autodiff_note(
             autodiff, custom, numerical, mismatched, tolerance, findings.wording.autodiff, evidence.traced.forward_ops
         )
@@ -425,27 +428,59 @@ def _report_mismatch(
     )
 
 
-def _pattern(mismatched, custom, numerical, tolerance) -> str:
-    """A hint when the mismatch has a simple shape: a constant factor, a flipped sign, a dropped term. A factor is
-    constant when it explains every wrong element within that element's own tolerance (ratios from 0.9995 to
-    0.99988 are rounding of another kind, no factor)."""
+def _diagnosis(columns: Axis, rows: Axis, z, mismatched, judged, custom, numerical, tolerance) -> str:
+    """What is wrong, in one sentence, where the mismatch has a simple shape: a constant factor ("dx is 1.5 times the
+    finite differences at every element"), a flipped sign (where an input is negative, or everywhere), a dropped
+    term, one element off ("dx is 10 % too large at x[3] = 0.731 alone"); "" otherwise. A factor is constant when it
+    explains every wrong element within that element's own tolerance (ratios from 0.9995 to 0.99988 are rounding of
+    another kind, no factor)."""
+    wrong = np.flatnonzero(mismatched.any(axis=0))
+    names = list(dict.fromkeys(columns.label(int(column))[0] for column in wrong))
+    gradients = ", ".join(f"d{name}" for name in names)
     compared = mismatched & (np.abs(numerical) > 0)
+    if mismatched.sum() == 1 and compared.sum() == 1:
+        row, column = (int(k[0]) for k in np.nonzero(mismatched))
+        name, index = columns.label(column)
+        said = one_element_off(name, index, float(z[column]), custom[row, column], numerical[row, column])
+        if rows.size > 1:  # which output's derivative
+            said = f"{said[:-1]} (d {element_label(*rows.label(row))} / d {element_label(name, index)})."
+        return said
     if compared.sum() < 2 or mismatched.sum() != compared.sum():
         return ""
     with np.errstate(all="ignore"):  # a custom gradient of inf or NaN somewhere
         ratios = custom[compared] / numerical[compared]
         ratio = float(np.median(ratios))
         explained = np.abs(custom[compared] - ratio * numerical[compared]) <= tolerance[compared]
-    if np.all(explained) and np.all(np.isfinite(ratios)):
-        if np.isclose(ratio, -1, rtol=1e-3):
-            return " The custom gradient has the opposite sign wherever it is wrong: a sign is flipped."
-        if np.isclose(ratio, 0, atol=1e-9):
-            return " The custom gradient is zero wherever it is wrong: a term is missing."
-        return (
-            f" Wherever it is wrong, the custom gradient is {ratio:.6g} times the finite differences: "
-            "a constant factor is off."
-        )
-    return ""
+    if not (np.all(explained) and np.all(np.isfinite(ratios))):
+        return ""
+    # Every judged nonzero entry of those inputs wrong, or only some of them.
+    inputs = np.zeros(columns.size, bool)
+    for name in names:
+        part = columns.names.index(name)
+        inputs[columns.offsets[part] : columns.offsets[part + 1]] = True
+    everywhere = not (judged & (np.abs(numerical) > 0) & ~mismatched)[:, inputs].any()
+    scope = "at every element" if everywhere else "wherever it is wrong"
+    verb = "is" if len(names) == 1 else "are"
+    if np.isclose(ratio, -1, rtol=1e-3):
+        where = _sign_scope(columns, z, wrong, inputs, scope)
+        return f"{gradients} {'has' if len(names) == 1 else 'have'} the opposite sign {where}: a sign is flipped."
+    if np.isclose(ratio, 0, atol=1e-9):
+        return f"{gradients} {verb} zero {scope} where the finite differences are not: a term is missing."
+    return f"{gradients} {verb} {ratio:.6g} times the finite differences {scope}: a constant factor is off."
+
+
+def _sign_scope(columns: Axis, z, wrong, inputs, scope: str) -> str:
+    """Where a sign is flipped: "where x < 0" when the wrong elements are one input's negative (or positive) ones
+    and its others are right; else `scope`."""
+    names = {columns.label(int(column))[0] for column in wrong}
+    if len(names) != 1 or scope == "at every element":
+        return scope
+    (name,) = names
+    values, right = z[wrong], np.setdiff1d(np.flatnonzero(inputs), wrong)
+    for side, holds in (("< 0", values < 0), ("> 0", values > 0)):
+        if holds.all() and right.size and not (z[right] < 0 if side == "< 0" else z[right] > 0).any():
+            return f"where {name} {side}"
+    return scope
 
 
 def _report_autodiff(run: CheckRun, own: Vjps, forward_ops, numerical, autodiff, tolerance, judged, mismatched) -> None:

@@ -63,6 +63,22 @@ def applies(precision: str) -> bool:
     return machine_epsilon(precision) > EPSILONS["float64"]
 
 
+def coarser_than_float32(precision: str) -> bool:
+    """A 16-bit float: judged by what its differences measure alone (float32 falls back on its fixed tolerance where
+    that is tighter, `no_looser`)."""
+    return machine_epsilon(precision) > EPSILONS["float32"]
+
+
+def no_looser(fixed: tuple, measured: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(numerical, tolerance, error), each [N, M]: the measured ones (`extrapolated`), but where their tolerance is
+    looser than float32's fixed one (`fixed`: the plain central difference, rtol 2e-2 and atol 1e-3 or the user's),
+    the fixed ones, as before: a forward the steps cannot resolve (a staircase finer than the step, a noisy one)
+    is judged no more loosely than a fixed tolerance would."""
+    looser = ~(measured[1] <= fixed[1])  # NaN measured: the fixed ones
+    numerical, tolerance, error = (np.where(looser, before, after) for before, after in zip(fixed, measured))
+    return numerical, tolerance, error
+
+
 def extrapolated(
     run: CheckRun,
     layout: Layout,

@@ -371,6 +371,7 @@ class CheckRun:
             traced.graph if traced is not None else None,
             sweep,
             surrogate=surrogate,
+            inputs=tuple(self.findings.inputs),
         )
 
 

@@ -271,11 +271,13 @@ def report_mismatch(
     where: str,
     listing: str,
     location: dict,
-    mistake_hint: str,
+    diagnosis: str,
     autodiff_note: str,
 ) -> None:
-    """Record a finite-difference mismatch: `surrogate-differs` when declared, else `fd-mismatch` (with the
-    pattern it resembles, if any, in place of `mistake_hint`).
+    """Record a finite-difference mismatch: `surrogate-differs` when declared, else `fd-mismatch`, its message
+    leading with what is wrong in one sentence (`diagnosis`: "dx is 1.5 times the finite differences at every
+    element: a constant factor is off"; in its place what the measurements show: not linear in the upstream
+    gradient, or the surrogate pattern it resembles), then the evidence.
 
     `where`: "at 3 of 25 Jacobian elements"-like; `listing`: the worst elements, custom against finite
     differences; `autodiff_note`: what autodiff of the forward gives there (declared only).
@@ -292,23 +294,25 @@ def report_mismatch(
             **location,
         )
         return
-    hint = mistake_hint
+    lead, advice = diagnosis, ""
     if evidence.upstream_response == "nonlinear":
-        hint = (
-            " The custom gradient is not linear in the upstream gradient, as every derivative is: it must multiply "
+        lead = (
+            "The custom gradient is not linear in the upstream gradient, as every derivative is: it must multiply "
             "the upstream gradient (by the local derivative), not transform it."
         )
     if pattern is not None:
         findings.surrogate = Surrogate(False, pattern.name, pattern.reason)
-        hint = (
-            f" This looks like {pattern.phrase}: {pattern.reason}. If the difference is intended, declare it with "
-            "%%custom_gradient --surrogate (or surrogate=True): the report then shows how the surrogate differs "
-            "instead of failing."
+        lead = f"This looks like {pattern.phrase}: {pattern.reason}."
+        advice = (
+            " If the difference is intended, declare it with %%custom_gradient --surrogate (or surrogate=True): the "
+            "report then shows how the surrogate differs instead of failing."
         )
     findings.add(
         "fd-mismatch",
         "error",
-        f"The custom gradient disagrees with finite differences {where}. {listing}.{hint}",
+        (f"{lead} " if lead else "")
+        + f"The custom gradient disagrees with finite differences {where}. {listing}."
+        + advice,
         **location,
     )
 

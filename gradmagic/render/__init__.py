@@ -8,6 +8,7 @@ data carries them (`words.report_data`), never wording them again.
 
 import math
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 from gradmagic.report import Report, Resolution, element_label
 
@@ -292,6 +293,45 @@ def seconds(value: float) -> str:
 def format_shape(shape) -> str:
     """`[2, 3]`, `[?, 3]` for a dimension not known, `scalar` for rank 0."""
     return f"[{', '.join('?' if d is None else str(d) for d in shape)}]" if shape else "scalar"
+
+
+def checked_line(report: Report) -> str | None:
+    """What the check ran at, in a sentence: each input (its expression, dtype, shape and range), where the inputs
+    came from ("by Re-check, not the cell's --check"), and the options given and how. None for data saved before
+    schema 1.9 (no inputs recorded)."""
+    if not report.inputs:
+        return None
+    described = []
+    for entry in report.inputs:
+        kind = "None" if entry.shape is None else f"{entry.dtype} {format_shape(entry.shape)}"
+        if entry.minimum is not None and entry.maximum is not None:
+            same = entry.minimum == entry.maximum
+            values = (
+                format_number(entry.minimum)
+                if same
+                else f"{format_number(entry.minimum)} to {format_number(entry.maximum)}"
+            )
+            kind += f", {'every value ' if same and entry.shape else ''}{values}"
+        named = f"{entry.name}={entry.expression}" if entry.expression else entry.name
+        described.append(f"{named} ({kind})")
+    said = f"Checked at {'; '.join(described)}"
+    if report.inputs_from:
+        said += f" {'by' if report.inputs_from.startswith('Re-check') else 'from'} {report.inputs_from}"
+    sources = report.options.get("sources") or {}
+    options = report.options
+    given = [
+        f"{name}={option_value(options.get(name))}" + (f" ({label})" if label != name else "")
+        for name, label in sources.items()
+        if name in options
+    ]
+    return said + (f"; options given: {', '.join(given)}." if given else ".")
+
+
+def option_value(value: Any) -> str:
+    """An option's value as the report says it, the same read back from JSON: a tuple as a list."""
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(option_value(item) for item in value)}]"
+    return repr(value)
 
 
 def shape_row(row) -> tuple[str, str, str, str, str]:

@@ -68,7 +68,8 @@ def _ascii(html: str) -> str:
 
 
 def header_html(report: Report, words: ReportWords) -> str:
-    """The verdict as a badge, the op's signature, the verdict per backend, the key figures; the surrogate line."""
+    """The verdict as a badge, the op's signature, the verdict per backend, the key figures; what it checked at;
+    the surrogate line."""
     op, verdict = report.op, report.verdict
     parts = [
         '<div style="display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px">',
@@ -79,6 +80,8 @@ def header_html(report: Report, words: ReportWords) -> str:
     if report.backends:
         parts.append(f'<span style="font-weight: 600">{escape(words.headline)}</span>')
     parts.append(f'<span style="{MUTED}">{escape(words.figures)}</span></div>')
+    if words.checked_at:
+        parts.append(f'<div style="margin: 2px 0 4px; {MUTED}; font-size: 12px">{escape(words.checked_at)}</div>')
     if words.surrogate:
         parts.append(f'<div style="margin: 4px 0; color: {COLOURS["surrogate"]}">{escape(words.surrogate)}</div>')
     return "".join(parts)

@@ -7,6 +7,7 @@ import textwrap
 from gradmagic.render import (
     VERDICT_WORDS,
     backend_rows,
+    checked_line,
     counted,
     framework_label,
     headline,
@@ -35,6 +36,9 @@ def render_text(report: Report) -> str:
         f"[{framework_label(op)}, {op.mode}, "
         f"{report.timings.get('total', 0) * 1e3:.0f} ms]"
     ]
+    checked = checked_line(report)
+    if checked:
+        lines += textwrap.wrap(checked, WIDTH, initial_indent="  ", subsequent_indent="  ")
     surrogate = surrogate_line(report)
     if surrogate:
         lines += textwrap.wrap(surrogate, WIDTH, initial_indent="  ", subsequent_indent="  ")

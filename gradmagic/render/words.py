@@ -13,6 +13,7 @@ from typing import Any
 from gradmagic.render import (
     VERDICT_WORDS,
     backend_rows,
+    checked_line,
     comparison_cells,
     element_name,
     headline,
@@ -66,6 +67,7 @@ def report_words(report: Report) -> ReportWords:
         graph=graph_line(report) if graph is not None else None,
         no_graph=no_graph_reason(report) if graph is None else None,
         timings=timings_line(report),
+        checked_at=checked_line(report),
     )
 
 

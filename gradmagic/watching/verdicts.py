@@ -129,21 +129,18 @@ def _check_at(record: OpRecord, kept: KeptCall, verdicts: Verdicts, ops: dict) -
     if isinstance(call, functools.partial):  # an op given keyword arguments inside a graph: check with them
         keywords = dict(call.keywords)
     surrogate = record.site.name in verdicts.surrogates
+    given = f"the watched code's call {kept.number} of `{record.site.name}`"
     magic = _magic_op(record)
     if magic is not None:
         info = info_of(magic)
-        return api.check(
-            magic,
-            *args,
-            kwargs={**keywords, **kwargs},
-            framework=info.framework,
-            **{**verdicts.options, "surrogate": surrogate or info.surrogate},
-        )
+        options = {**verdicts.options, "surrogate": surrogate or info.surrogate}
+        return api.check_given(magic, args, {**keywords, **kwargs}, info.framework, None, options, given)
     try:
         op = ops.get(call) or ops.setdefault(call, verdicts.decorate(call))
     except TypeError:  # a callable that cannot be a key: decorated for this check alone
         op = verdicts.decorate(call)
-    return api.check(op, *args, kwargs=kwargs, **{**verdicts.options, "surrogate": surrogate})
+    options = {**verdicts.options, "surrogate": surrogate}
+    return api.check_given(op, args, kwargs, options.pop("framework", "tensorflow"), None, options, given)
 
 
 def _magic_op(record: OpRecord) -> Callable | None:

@@ -101,6 +101,9 @@ function header(report: IReport, words: IReportWords, parent: Element): void {
     element('span', 'jp-gradmagic-headline', words.headline, head);
   }
   element('span', 'jp-gradmagic-figures', words.figures, head);
+  if (words.checked_at) {
+    element('div', 'jp-gradmagic-checked', words.checked_at, parent);
+  }
   if (words.surrogate) {
     element('div', 'jp-gradmagic-surrogate-line', words.surrogate, parent);
   }

@@ -346,6 +346,19 @@ export interface ISurrogate {
   reason: string | null;
 }
 
+/** One example input the check ran at (a leaf of the op's arguments): how it was given and what it held. */
+export interface ICheckedInput {
+  /** As the report names its elements: "x", "args[1]", "pair[0]". */
+  name: string;
+  dtype: string | null;
+  shape: Shape | null;
+  /** Its smallest and largest finite value (None for strings and empty tensors). */
+  minimum: AnyFloat | null;
+  maximum: AnyFloat | null;
+  /** The expression it was typed as (`--check x=EXPR`, Re-check); None for values. */
+  expression: string | null;
+}
+
 /**
  * What every view of a report says, worded once, in Python (`gradmagic.render.words.report_words`): the static HTML is
  * written with these words, and the JupyterLab view and the live widget show them as they are.
@@ -388,6 +401,11 @@ export interface IReportWords {
   no_graph: string | null;
   /** What ran the op, the execution mode, and the time of each phase of the check. */
   timings: string | null;
+  /**
+   * What it checked, in a sentence: the inputs (expressions and values), where they came from, the options given. Added
+   * in 1.9.
+   */
+  checked_at?: string | null;
 }
 
 /** A row of the table of the worst (or located) elements, as every view shows it. */
@@ -436,6 +454,13 @@ export interface IReport {
    * fd-mismatch; None otherwise. Added in 1.4.
    */
   surrogate?: ISurrogate | null;
+  /** The example inputs it ran at. Added in 1.9. */
+  inputs?: ICheckedInput[];
+  /**
+   * Where those inputs came from: "the cell's --check", "%gradcheck", "gradmagic.check's arguments", "Re-check, not the
+   * cell's --check", ...; None where not said (data saved before 1.9). Added in 1.9.
+   */
+  inputs_from?: string | null;
   /**
    * The words every view shows, worded once in Python (gradmagic.render.words); absent from data `to_dict()` wrote, and
    * from data saved before 1.8, where a view words what it can itself. Added in 1.8.

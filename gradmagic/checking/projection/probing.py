@@ -145,6 +145,16 @@ class Prober:
         magnitudes = np.abs(self.custom)
         return np.multiply(magnitudes, self.steps, out=magnitudes)
 
+    def value_at(self, name: str, index: tuple[int, ...]) -> float | None:
+        """The input's value at an element the report names (`x`, (2,)); None for a name z does not hold."""
+        columns = self.run.columns
+        if name not in columns.names:
+            return None
+        part = columns.names.index(name)
+        shape = columns.shapes[part]
+        flat = int(columns.offsets[part]) + (int(np.ravel_multi_index(index, shape)) if shape else 0)
+        return float(self.z[flat])
+
     @property
     def step_totals(self) -> tuple[float, float]:
         """The sum and the root-sum-square of `step_magnitudes`, taken once, a slice at a time (no N-sized

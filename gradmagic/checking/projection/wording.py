@@ -10,7 +10,7 @@ import numpy as np
 
 from gradmagic.checking import surrogate
 from gradmagic.checking.differences import tolerances
-from gradmagic.checking.findings import LISTED
+from gradmagic.checking.findings import LISTED, one_element_off
 from gradmagic.checking.projection.constants import SINGLE_ELEMENT_NOTE, SINGLE_ELEMENT_WARNING, SMALL
 from gradmagic.checking.projection.probing import Prober
 from gradmagic.checking.run import CheckRun, Evidence
@@ -83,9 +83,15 @@ def report_mismatch(run: CheckRun, prober: Prober, mismatch: Mismatch, earlier: 
         ratio = float(np.median(ratios))
     if spread and np.all(np.isfinite(ratios)) and np.allclose(ratios, ratio, rtol=1e-4):
         mistake_hint = (
-            f" Along every direction the custom gradient is {ratio:.6g} times the finite differences: "
+            f"Along every direction the custom gradient is {ratio:.6g} times the finite differences: "
             "a constant factor is off" + (" (a flipped sign)." if np.isclose(ratio, -1) else ".")
         )
+    elif len(located) == 1 and not spread:
+        element = located[0]
+        custom, numerical = element.custom, element.numerical
+        if custom is not None and numerical:
+            value = prober.value_at(element.input, element.index)
+            mistake_hint = one_element_off(element.input, element.index, value, float(custom), float(numerical))
     square = surrogate.square_block(columns, rows)
     evidence = surrogate.projected_evidence(
         prober.custom,
