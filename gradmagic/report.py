@@ -523,6 +523,9 @@ class ReportWords:
     timings: str | None  # what ran the op, the execution mode, and the time of each phase of the check
     #: What it checked, in a sentence: the inputs (expressions and values), where they came from, the options given.
     checked_at: str | None = added_in("1.9")
+    #: What the custom gradient fixes, said under the verdict where every view shows it without a click: the
+    #: framework's own gradient NaN/Inf where the custom one is finite (`autodiff-nonfinite`); None otherwise.
+    fixes: str | None = added_in("1.9")
 
 
 @dataclass(frozen=True)

@@ -462,11 +462,15 @@ def test_an_html_export_shows_every_report_with_the_network_refused(browser, exp
     try:
         page.goto(exports[name].as_uri())
         page.wait_for_load_state("load")
-        verdicts = ["passes with warnings", "passes"] if name == "executed" else [
-            "passes with warnings",
-            "surrogate gradient (declared)",
-            "fails",
-        ]
+        verdicts = (
+            ["passes with warnings", "passes"]
+            if name == "executed"
+            else [
+                "passes with warnings",
+                "surrogate gradient (declared)",
+                "fails",
+            ]
+        )
         check_static_reports(page, name, verdicts)
         assert page.locator(".jupyter-widgets, .widget-area").filter(has_text="passes").count() == 0
     finally:

@@ -130,8 +130,9 @@ def test_none_gradient_warns_for_floats_and_integer_inputs_are_not_differentiabl
     report = gradmagic.check(tf.custom_gradient(op), tf.constant([1.0]), tf.constant([2]), tf.constant([3.0]))
     confirmed = problem(report, "none-gradient")
     assert confirmed.severity == "info" and confirmed.location.input == "y" and "None is right" in confirmed.message
-    unchecked = gradmagic.check(tf.custom_gradient(op), tf.constant([1.0]), tf.constant([2]), tf.constant([3.0]),
-                                numbers=False)
+    unchecked = gradmagic.check(
+        tf.custom_gradient(op), tf.constant([1.0]), tf.constant([2]), tf.constant([3.0]), numbers=False
+    )
     warning = problem(unchecked, "none-gradient")
     assert warning.severity == "warning" and warning.location.input == "y" and "tf.zeros_like(y)" in warning.message
     info = problem(report, "not-differentiable")

@@ -1,6 +1,8 @@
 """demo.ipynb runs top to bottom in a fresh Jupyter kernel and shows what its text promises; the executed notebook
 holds each report's data and static HTML (no widget: nbclient names no cell), and stays small."""
 
+import html
+
 import nbformat
 from conftest import ROOT
 from nbclient import NotebookClient
@@ -27,7 +29,11 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
         ("def naive_log1pexp(x):", ["numpy=nan"]),
         (
             "%%custom_gradient --sweep --check x=tf.constant([-5., 0., 100.])",
-            ["log1pexp(x) passes with warnings", "autodiff gives nan, the custom gradient 1 and finite differences 1"],
+            [
+                "log1pexp(x) passes with warnings",
+                "autodiff gives nan, the custom gradient 1 and finite differences 1",
+                "Checked at x=tf.constant([-5., 0., 100.]) (float32 [3], -5 to 100) from the cell's --check.",
+            ],
         ),
         ("with tf.GradientTape() as tape:", ["numpy=1.0>"]),
         ("@tf.function(jit_compile=True)", ["1. ]"]),
@@ -41,7 +47,7 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
         ),
         (
             "%%custom_gradient --check x=tf.constant(2.0) --check y=tf.constant(3.0)",
-            ["fd-mismatch", "d output[1] / d y: custom 0, finite differences 6"],
+            ["fd-mismatch", "dy is zero at y = 3 where the finite differences give 6: a term is missing"],
         ),
         (
             "%%custom_gradient non_diff_op(x) --check x=tf.constant([-1.0, 0.0, 1.0])",
@@ -94,5 +100,12 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
     graph_cell = next(cell for cell in code if cell.source.startswith("%gradgraph"))
     assert {"image/svg+xml", "text/plain"} == set(graph_cell.outputs[0]["data"])
     assert len(nbformat.writes(notebook).encode()) < 1_000_000, "the executed demo stays under 1 MB"
+    # The first report shows its point without a click: what the custom gradient fixes, under the verdict, outside
+    # every folded section of the static view.
+    first = next(o for o in reports if "log1pexp" in o["data"]["text/plain"])
+    fixes = first["data"]["application/vnd.gradmagic.report+json"]["words"]["fixes"]
+    assert "autodiff gives nan, the custom gradient 1" in fixes
+    static = first["data"]["text/html"]
+    assert static.index(html.escape(fixes)) < static.index("<details")
     for first_line, texts in expected:
         assert any(line == first_line and all(t in out for t in texts) for line, out in outputs), (first_line, texts)

@@ -136,4 +136,6 @@ def test_a_cell_of_a_float32_layer_says_its_resolution(nb):
         "    return w * tf.sin(x), grad\n"
     )
     assert "scaled_sine(x) passes" in run.stdout, run.stdout
-    assert "in float32 (`w` is a float32 variable)" in run.stdout and "It would have seen a whole gradient" in run.stdout, run.stdout
+    assert (
+        "in float32 (`w` is a float32 variable)" in run.stdout and "It would have seen a whole gradient" in run.stdout
+    ), run.stdout

@@ -689,8 +689,9 @@ def test_a_gradient_of_another_shape_or_dtype_is_judged_by_what_the_framework_do
     if backend == "torch":
         # PyTorch sums a broadcast gradient back and casts another dtype, measured; it refuses what does not broadcast.
         assert taken["broadcast"] == taken["float64"] == {"db shape": [3], "db dtype": "float32", "db": [3.0, 5.0, 7.0]}
-        assert "returned an invalid gradient at index 1 - got [3, 2] but expected shape compatible with [3]" in (
-            taken["reversed"]["error"]
+        assert (
+            "returned an invalid gradient at index 1 - got [3, 2] but expected shape compatible with [3]"
+            in (taken["reversed"]["error"])
         )
         assert (broadcast.verdict, problem(broadcast, "grad-shape").severity) == ("warn", "warning")
         assert "PyTorch sums it back over the broadcast axes itself, so the op works here" in shape_message

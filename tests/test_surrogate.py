@@ -418,9 +418,9 @@ def test_a_declared_quantiser_with_steps_finer_than_the_finite_difference_step_i
 
     def fake_quant(x):  # computes in float32 (as TensorFlow's fake_quant ops do): finite differences in float32 steps
         inside = tf.cast(x, tf.float32)
-        return tf.round(tf.clip_by_value(inside, -1.0, 1.0) / step) * step, lambda upstream: upstream * tf.cast(
-            tf.abs(x) <= 1, upstream.dtype
-        )
+        return tf.round(
+            tf.clip_by_value(inside, -1.0, 1.0) / step
+        ) * step, lambda upstream: upstream * tf.cast(tf.abs(x) <= 1, upstream.dtype)
 
     x = tf.constant([-1.4, -0.33, 0.02, 0.41, 0.77, 1.6])
     report = gradmagic.check(tf.custom_gradient(fake_quant), x, surrogate=True)

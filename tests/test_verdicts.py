@@ -158,17 +158,16 @@ def test_a_batched_per_example_jacobian_returned_instead_of_a_vector_jacobian_pr
     assert 'tf.einsum("ai,aip->ap", upstream, jacobian)' in found.message
     # The input's axes first, the output's last: the same, the other way round.
     transposed = problem(
-        gradmagic.check(
-            lambda x: (tf.tile(x[:, :1], [1, 4]), lambda upstream: tf.zeros([2, 3, 4])), tf.ones([2, 3])
-        ),
+        gradmagic.check(lambda x: (tf.tile(x[:, :1], [1, 4]), lambda upstream: tf.zeros([2, 3, 4])), tf.ones([2, 3])),
         "grad-shape",
     )
     assert "then the input's [3], then the output's [4]" in transposed.message
     assert 'tf.einsum("ai,api->ap", upstream, jacobian)' in transposed.message
     # A broadcast over a batch is no Jacobian: a per-example scale's gradient left unreduced is told to be summed.
     scale = problem(
-        gradmagic.check(lambda x, s: (x * s, lambda upstream: (upstream * s, upstream * x)), tf.ones([2, 3]),
-                        tf.ones([2, 1])),
+        gradmagic.check(
+            lambda x, s: (x * s, lambda upstream: (upstream * s, upstream * x)), tf.ones([2, 3]), tf.ones([2, 1])
+        ),
         "grad-shape",
     )
     assert "Jacobian" not in scale.message and "tf.reduce_sum(grad, axis=[1])" in scale.message
@@ -192,9 +191,7 @@ def test_variables_of_the_same_name_are_told_apart():
     assert problem(report, "fd-mismatch").location.input == "Variable#2"
 
 
-@pytest.mark.parametrize(
-    "options", [{}, {"tf_function": False}, {"tf_function": False, "graph": False}, {"order": 2}]
-)
+@pytest.mark.parametrize("options", [{}, {"tf_function": False}, {"tf_function": False, "graph": False}, {"order": 2}])
 def test_an_op_whose_forward_calls_tf_py_function_is_checked_and_its_autodiff_note_names_it(options):
     def py_sin(factor):
         @tf.custom_gradient
@@ -455,9 +452,10 @@ def test_a_constant_factor_is_named_only_where_it_explains_every_wrong_element()
     varying = gradmagic.check(lambda x: (tf.sin(x), lambda u: u * tf.cos(x) * (1 + 1e-4 * x)), x)
     assert "fd-mismatch" in varying.codes() and "constant factor" not in problem(varying, "fd-mismatch").message
     constant = gradmagic.check(lambda x: (tf.sin(x), lambda u: u * tf.cos(x) * 1.5), x)
-    assert "dx is 1.5 times the finite differences at every element: a constant factor is off" in problem(
-        constant, "fd-mismatch"
-    ).message
+    assert (
+        "dx is 1.5 times the finite differences at every element: a constant factor is off"
+        in problem(constant, "fd-mismatch").message
+    )
 
 
 def embedding(factor: float = 1.0):

@@ -295,6 +295,16 @@ def format_shape(shape) -> str:
     return f"[{', '.join('?' if d is None else str(d) for d in shape)}]" if shape else "scalar"
 
 
+#: Infos a view shows under the verdict (`fixes_line`) rather than among the folded notes.
+HEADLINE_INFOS = ("autodiff-nonfinite",)
+
+
+def fixes_line(report: Report) -> str | None:
+    """What the custom gradient fixes (the point of writing one): where the framework's own gradient is NaN/Inf and
+    the custom one finite; None where it fixes nothing the check saw."""
+    return next((problem.message for problem in report.problems if problem.code in HEADLINE_INFOS), None)
+
+
 def checked_line(report: Report) -> str | None:
     """What the check ran at, in a sentence: each input (its expression, dtype, shape and range), where the inputs
     came from ("by Re-check, not the cell's --check"), and the options given and how. None for data saved before

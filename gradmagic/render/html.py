@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from html import escape
 
-from gradmagic.render import COLOURS
+from gradmagic.render import COLOURS, HEADLINE_INFOS
 from gradmagic.render.figures import (
     block_scale,
     data_uri,
@@ -82,6 +82,8 @@ def header_html(report: Report, words: ReportWords) -> str:
     parts.append(f'<span style="{MUTED}">{escape(words.figures)}</span></div>')
     if words.checked_at:
         parts.append(f'<div style="margin: 2px 0 4px; {MUTED}; font-size: 12px">{escape(words.checked_at)}</div>')
+    if words.fixes:
+        parts.append(f'<div style="margin: 4px 0; color: {COLOURS["pass"]}">{escape(words.fixes)}</div>')
     if words.surrogate:
         parts.append(f'<div style="margin: 4px 0; color: {COLOURS["surrogate"]}">{escape(words.surrogate)}</div>')
     return "".join(parts)
@@ -94,8 +96,12 @@ def problems_html(report: Report, words: ReportWords) -> str:
 
 
 def notes_html(report: Report, words: ReportWords) -> str:
-    """The infos, folded."""
-    infos = [(problem, place) for problem, place in zip(report.problems, words.places) if problem.severity == "info"]
+    """The infos, folded (but the one said under the verdict, `words.fixes`)."""
+    infos = [
+        (problem, place)
+        for problem, place in zip(report.problems, words.places)
+        if problem.severity == "info" and not (words.fixes and problem.code in HEADLINE_INFOS)
+    ]
     return _section(f"Notes ({len(infos)})", _problem_list(infos), False) if infos else ""
 
 

@@ -16,6 +16,7 @@ from gradmagic.render import (
     checked_line,
     comparison_cells,
     element_name,
+    fixes_line,
     headline,
     is_beyond,
     key_figures,
@@ -68,6 +69,7 @@ def report_words(report: Report) -> ReportWords:
         no_graph=no_graph_reason(report) if graph is None else None,
         timings=timings_line(report),
         checked_at=checked_line(report),
+        fixes=fixes_line(report),
     )
 
 

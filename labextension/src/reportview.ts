@@ -104,6 +104,9 @@ function header(report: IReport, words: IReportWords, parent: Element): void {
   if (words.checked_at) {
     element('div', 'jp-gradmagic-checked', words.checked_at, parent);
   }
+  if (words.fixes) {
+    element('div', 'jp-gradmagic-fixes', words.fixes, parent);
+  }
   if (words.surrogate) {
     element('div', 'jp-gradmagic-surrogate-line', words.surrogate, parent);
   }
@@ -128,8 +131,13 @@ function problems(report: IReport, words: IReportWords, parent: Element): void {
   shown.forEach(([problem, place]) => problemItem(problem, place, list));
 }
 
+/** Infos said under the verdict rather than among the notes (as `gradmagic.render.HEADLINE_INFOS`). */
+const HEADLINE_INFOS = ['autodiff-nonfinite'];
+
 function notes(report: IReport, words: IReportWords, parent: Element, state?: ViewState): void {
-  const infos = problemsOf(report, words, problem => problem.severity === 'info');
+  // The info said under the verdict (`words.fixes`, Python's HEADLINE_INFOS) is not repeated here.
+  const headline = (problem: IProblem) => Boolean(words.fixes) && HEADLINE_INFOS.includes(problem.code);
+  const infos = problemsOf(report, words, problem => problem.severity === 'info' && !headline(problem));
   if (!infos.length) {
     return;
   }

@@ -406,6 +406,11 @@ export interface IReportWords {
    * in 1.9.
    */
   checked_at?: string | null;
+  /**
+   * What the custom gradient fixes, said under the verdict where every view shows it without a click: the framework's
+   * own gradient NaN/Inf where the custom one is finite (`autodiff-nonfinite`); None otherwise. Added in 1.9.
+   */
+  fixes?: string | null;
 }
 
 /** A row of the table of the worst (or located) elements, as every view shows it. */
