@@ -418,7 +418,9 @@ def _report_mismatch(
         ),
         where + (f", by up to {largest:.3g}" if options.surrogate else ""),
         "; ".join(listing),
-        dict(input=input_name, index=index, output=output_name, output_index=output_index),
+        dict(
+            input=input_name, index=index, output=output_name, output_index=output_index, line=run.trial.gradient_line
+        ),
         _diagnosis(columns, rows, z, mismatched, judged, custom, numerical, tolerance),
         surrogate.autodiff_note(
             autodiff, custom, numerical, mismatched, tolerance, findings.wording.autodiff, evidence.traced.forward_ops

@@ -67,6 +67,8 @@ class Trial:
     state: StateWatch | None = None
     #: The op this run checked (a callable that turned out to reach custom-gradient ops: the composite).
     target: Target | None = None
+    #: The line of the gradient function's `def` in its file or cell: where a wrong gradient is said to be.
+    gradient_line: int | None = None
 
     def let_go(self, gradients_only: bool = False) -> None:
         """Drop the values (input- and output-sized tensors) once no phase needs them: the gradients after the

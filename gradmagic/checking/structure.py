@@ -117,7 +117,7 @@ def check_structure(run: CheckRun, inputs: CheckInputs) -> Trial | None:
     if returned is None and _upstream_left_none(adapter, grad_fn, arguments, keywords):
         _missing_upstream_fallback(run, grad_fn, "returned None")
         return None
-    line = first_line(grad_fn)
+    line = trial.gradient_line = first_line(grad_fn)
     if variables:
         returned = _split_variable_gradients(run, trial, returned, line)
         if returned is None:

@@ -5,6 +5,7 @@ does not."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -128,10 +129,18 @@ def report_mismatch(run: CheckRun, prober: Prober, mismatch: Mismatch, earlier: 
         evidence,
         where,
         ". ".join(listing) if listing else "No single element carries the difference",
-        {"input": (worst or located[0]).input, "index": (worst or located[0]).index} if located else {},
+        where_wrong(run, (worst or located[0]) if located else None),
         mistake_hint,
         note,
     )
+
+
+def where_wrong(run: CheckRun, element: ElementComparison | None) -> dict:
+    """The location of a mismatch: the element (where one is named) and the gradient function's line."""
+    location: dict[str, Any] = {"input": element.input, "index": element.index} if element is not None else {}
+    if run.trial.gradient_line is not None:
+        location["line"] = run.trial.gradient_line
+    return location
 
 
 def report_nonfinite(run: CheckRun) -> None:
