@@ -178,8 +178,12 @@ def _options(op: Any, kwargs: Any, progress: Any, framework: Any, options: dict,
             raise TypeError(f"kwargs must name the op's keyword arguments, not {_shown(key)}")
     if progress is not None and not _takes_two(progress):
         raise TypeError(f"progress must be a callable(fraction, phase), not {_shown(progress)}")
-    given = {name: name for name in options if name != "sources"}  # as the report names them: by their names
-    settings = CheckOptions.of(framework=framework, **options, sources={**given, **options.get("sources", {})})
+    options = dict(options)
+    sources = options.pop("sources", None) or {}  # how the caller's options were given (the watch: `%config`)
+    # The others, as the report names them (by their names): those that are not the defaults.
+    defaults = CheckOptions()
+    given = {name: name for name, value in options.items() if getattr(defaults, name, object()) != value}
+    settings = CheckOptions.of(framework=framework, **options, sources={**given, **sources})
     _check_call(op, args, kwargs or {})
     return settings
 

@@ -146,7 +146,7 @@ def test_none_gradient_for_an_input_that_matters_is_caught_by_the_numbers():
 
     report = gradmagic.check(tf.custom_gradient(op), tf.constant([1.0]), tf.constant([2.0]))
     assert codes(report) == ["none-gradient", "fd-mismatch"]
-    assert "d output[0] / d y[0]: custom 0, finite differences 1" in report.problems[1].message
+    assert "d output[0] / d y[0] at y[0] = 2: custom 0, finite differences 1" in report.problems[1].message
 
 
 def test_seed_tf_cond_on_a_vector_explains_scalar_predicates():

@@ -105,7 +105,7 @@ def mul_sin(x, y):
     assert codes(report) == ["fd-mismatch"]
     found = problem(report, "fd-mismatch")
     assert found.location.input == "y" and found.location.output == "output"
-    assert "d output[2] / d y[2]: custom -3, finite differences 2" in found.message
+    assert "d output[2] / d y[2] at y[2] = -3: custom -3, finite differences 2" in found.message
 
 
 @pytest.mark.parametrize("user_x64", [False, True])

@@ -100,7 +100,7 @@ def test_two_inputs_pass_and_a_wrong_gradient_is_located_at_its_input(dy, ok):
         assert codes(report) == ["fd-mismatch"]
         found = problem(report, "fd-mismatch")
         assert found.location.input == "y" and found.location.output == "output"
-        assert "d output[2] / d y[2]: custom -3, finite differences 2" in found.message
+        assert "d output[2] / d y[2] at y[2] = -3: custom -3, finite differences 2" in found.message
 
 
 def test_several_outputs_a_list_of_gradients_and_a_closed_over_variable_get_their_own_problems():

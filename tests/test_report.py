@@ -148,12 +148,20 @@ def test_the_static_html_shows_every_word_the_lab_view_reads(reports):
     the JupyterLab view and the live widget."""
     from html import unescape
 
+    from gradmagic.render import HEADLINE_INFOS
     from gradmagic.render.words import report_words
 
     for name, report in reports.items():
         words = report_words(report)
         shown = unescape(render_html(report))
-        expected = [words.verdict.upper(), words.figures, words.numerics, *filter(None, words.places)]
+        # Every problem's place, but the info said under the verdict (`words.fixes`: its message names the place).
+        places = [
+            place
+            for problem, place in zip(report.problems, words.places)
+            if place and not (words.fixes and problem.code in HEADLINE_INFOS)
+        ]
+        expected = [words.verdict.upper(), words.figures, words.numerics, *places]
+        expected += [word for word in (words.checked_at, words.fixes) if word]
         expected += [word for word in (words.surrogate, words.kinks, words.timings) if word]
         expected += [words.sweep or words.no_sweep, words.graph or words.no_graph]
         expected += [cell for row in words.worst for cell in row.cells] + [words.worst_title] * bool(words.worst)

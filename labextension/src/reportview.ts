@@ -132,7 +132,7 @@ function problems(report: IReport, words: IReportWords, parent: Element): void {
 }
 
 /** Infos said under the verdict rather than among the notes (as `gradmagic.render.HEADLINE_INFOS`). */
-const HEADLINE_INFOS = ['autodiff-nonfinite'];
+export const HEADLINE_INFOS = ['autodiff-nonfinite'];
 
 function notes(report: IReport, words: IReportWords, parent: Element, state?: ViewState): void {
   // The info said under the verdict (`words.fixes`, Python's HEADLINE_INFOS) is not repeated here.

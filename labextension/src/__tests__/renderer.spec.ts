@@ -13,7 +13,7 @@ import { NO_LAYOUT, edgeDetails, edgePath, foldedGraph, graphView, nodeDetails, 
 import { cellDetails, errorColour, heatmapBlocks, valueColour } from '../heatmapview';
 import { ILive, ViewState } from '../live';
 import { ReportRenderer, liveModelId, reportRendererFactory } from '../renderer';
-import { reportView } from '../reportview';
+import { HEADLINE_INFOS, reportView } from '../reportview';
 import { IGraph, IReport, IReportWords, IWatchReport, MIME_TYPE, NodeRole, WATCH_MIME_TYPE } from '../schema';
 import { jumps, nearestPoint, niceTicks, nonFiniteRuns, sweepDetails } from '../sweepview';
 import stub, { VIEW_KEY, drawReport as stubRender, viewRegistry } from '../stub';
@@ -133,8 +133,12 @@ describe.each(names)('report %s', name => {
       item => item.querySelector('.jp-gradmagic-where')?.textContent ?? ''
     );
     const listed = [...report.problems.keys()].filter(k => report.problems[k].severity !== 'info');
-    const noted = [...report.problems.keys()].filter(k => report.problems[k].severity === 'info');
+    // The info said under the verdict (words.fixes) is not repeated among the notes.
+    const headline = (k: number) => Boolean(words.fixes) && HEADLINE_INFOS.includes(report.problems[k].code);
+    const noted = [...report.problems.keys()].filter(k => report.problems[k].severity === 'info' && !headline(k));
     expect(places).toEqual([...listed, ...noted].map(k => words.places[k]));
+    expect(text(':scope > .jp-gradmagic-checked')).toBe(words.checked_at ?? null);
+    expect(text(':scope > .jp-gradmagic-fixes')).toBe(words.fixes ?? null);
     expect(text('.jp-gradmagic-numerics > .jp-gradmagic-muted')).toBe(words.numerics);
     expect(text('.jp-gradmagic-kinks')).toBe(words.kinks);
     expect(text('.jp-gradmagic-sweep-section > .jp-gradmagic-muted')).toBe(words.sweep ?? words.no_sweep);
@@ -191,11 +195,13 @@ describe.each(names)('report %s', name => {
     const shown = report.problems.filter(problem => problem.severity !== 'info');
     expect(listed.map(item => (item as HTMLElement).dataset.code)).toEqual(shown.map(problem => problem.code));
     const notes = Array.from(view.querySelectorAll('.jp-gradmagic-notes-list .jp-gradmagic-problem'));
-    expect(notes.length).toBe(report.problems.length - shown.length);
+    const fixes = wordsOf(report).fixes;
+    const headline = report.problems.filter(problem => Boolean(fixes) && HEADLINE_INFOS.includes(problem.code));
+    expect(notes.length).toBe(report.problems.length - shown.length - headline.length);
     const everywhere = Array.from(view.querySelectorAll('.jp-gradmagic-problem')).map(
       p => (p as HTMLElement).dataset.code
     );
-    expect(everywhere.length).toBe(report.problems.length); // each problem once
+    expect(everywhere.length).toBe(report.problems.length - headline.length); // each problem once (or said above)
   });
 
   test('folds the details of a passing op and opens the evidence of a failing one', () => {
