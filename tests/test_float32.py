@@ -117,7 +117,7 @@ def test_the_resolution_names_the_float_of_an_op_cast_up_and_of_one_in_projectio
     cast = gradmagic.check(softplus, tf.constant([0.5, -1.0, 2.0]))
     assert (cast.resolution.dtype, cast.resolution.why) == (
         "float64",
-        "the inputs cast up to float64 (the op keeps it)",
+        "the inputs cast up to float64, which the op keeps",
     )
     own = gradmagic.check(softplus, tf.constant([0.5, -1.0, 2.0], tf.float64))
     assert own.resolution.why == "the inputs' own" and own.resolution.inputs[0].relative < 1e-4

@@ -61,7 +61,7 @@ def reason(run: CheckRun, layout: Layout) -> str:
     if run.effective is not None and dtype == run.effective:
         return f"the op computes in {dtype} inside (measured)"
     if layout is not run.layout:
-        return f"the inputs cast up to {dtype} (the op keeps it)"
+        return f"the inputs cast up to {dtype}, which the op keeps"
     if machine_epsilon(dtype) <= EPSILONS["float64"]:
         return "the inputs' own"
     if not run.options.float64:
