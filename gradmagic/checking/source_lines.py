@@ -4,6 +4,7 @@ the function's `return`, of the gradient function."""
 from __future__ import annotations
 
 import ast
+import functools
 import linecache
 from typing import Any
 
@@ -61,12 +62,18 @@ def decorator_names(target: Target) -> set[str]:
 
 
 def _source_tree(target: Target) -> ast.Module | None:
-    """The AST of the file or cell `target.raw` was written in (a cell's magic line blanked)."""
+    """The AST of the file or cell `target.raw` was written in (a cell's magic line blanked); parsed once per text
+    (every check of an op asks, and a module may be thousands of lines)."""
     lines = linecache.getlines(target.filename) if target.filename else []
     if lines and lines[0].startswith("%%"):
         lines = ["\n"] + lines[1:]
+    return _parsed("".join(lines))
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(source: str) -> ast.Module | None:
     try:
-        return ast.parse("".join(lines))
+        return ast.parse(source)
     except SyntaxError:
         return None
 

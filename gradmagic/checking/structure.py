@@ -553,11 +553,11 @@ def _kin_hint(run: CheckRun) -> None:
     code, namespace = getattr(function, "__code__", None), getattr(function, "__globals__", None)
     if code is None or not isinstance(namespace, dict):
         return
+    # A hand-decorated op's own decorator (`@keras.ops.custom_gradient`) says it too.
+    names = code_names(code) | (decorator_names(run.target) if run.target.origin == "decorated" else set())
     for module, sentence in run.findings.wording.kin:
         used = set()
-        # A hand-decorated op's own decorator (`@keras.ops.custom_gradient`) says it too.
-        decorators = decorator_names(run.target) if run.target.origin == "decorated" else set()
-        for name in code_names(code) | decorators:
+        for name in names:
             value = namespace.get(name)
             owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
             if isinstance(owner, str) and (owner == module or owner.startswith(module + ".")):
