@@ -167,10 +167,11 @@ def _steps(z: np.ndarray, dtypes: list[str], sizes: list[int], eps: float | None
 
 
 def measured_noise(center: np.ndarray, plus: np.ndarray, minus: np.ndarray) -> np.ndarray:
-    """[N, M]: the noise of each output along each element, measured from its values at z + j s e_i, j = -3..3
-    (`plus` and `minus` [3, N, M], `center` [M]) as Moré and Wild's ECnoise does: at that spacing the forward's
-    smooth part vanishes from the k-th differences, and what is left is rounding, of variance gamma_k E[diff^2]
-    (gamma_k = k!^2 / (2k)!); the larger of the estimates from the third and the fourth differences."""
+    """[N, M]: the noise of each output along each element, measured from its values at z + j s e_i for j from
+    -NOISE_POINTS to NOISE_POINTS (`plus` and `minus` [NOISE_POINTS, N, M], `center` [M]) as Moré and Wild's ECnoise
+    does: at that spacing the forward's smooth part vanishes from the k-th differences, and what is left is rounding,
+    of variance gamma_k E[diff^2] (gamma_k = k!^2 / (2k)!); the larger of the estimates from the third and the fourth
+    differences."""
     points = np.concatenate([minus[::-1], np.broadcast_to(center, plus.shape[1:])[None], plus]).astype(np.float64)
     third, fourth = np.diff(points, 3, axis=0), np.diff(points, 4, axis=0)
     variance = np.maximum(np.mean(third**2, axis=0) / 20, np.mean(fourth**2, axis=0) / 70)
