@@ -49,10 +49,12 @@ def value_range(adapter: Adapter, leaf) -> tuple[float | None, float | None]:
         return None, None
     if values.dtype.kind not in "biuf" or not values.size:
         return None, None
-    finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values
-    if not finite.size:
+    if values.dtype.kind != "f":
+        return float(values.min()), float(values.max())
+    finite = np.isfinite(values)  # a byte per element, no copy of the values (an input of millions of elements)
+    if not finite.any():
         return None, None
-    return float(finite.min()), float(finite.max())
+    return float(np.min(values, where=finite, initial=np.inf)), float(np.max(values, where=finite, initial=-np.inf))
 
 
 def name_inputs(adapter: Adapter, signature: inspect.Signature | None, args: tuple) -> list[str]:
