@@ -51,23 +51,31 @@ def returned_names(target: Target, count: int) -> list[str] | None:
 
 def decorator_names(target: Target) -> set[str]:
     """The names the decorators of `target.raw`'s `def` start from (`keras` of `@keras.ops.custom_gradient`)."""
-    tree = _source_tree(target)
+    node = _definition(target)
+    return {n.id for d in node.decorator_list for n in ast.walk(d) if isinstance(n, ast.Name)} if node else set()
+
+
+def _definition(target: Target) -> ast.FunctionDef | None:
+    """The `def` of `target.raw` in its source (the one whose line, or a decorator's, is the function's first)."""
     first = first_line(target.raw)
-    names: set[str] = set()
-    for node in ast.walk(tree) if tree is not None else ():
-        if isinstance(node, ast.FunctionDef) and node.name == target.name and node.decorator_list:
-            if first in (node.lineno, *(decorator.lineno for decorator in node.decorator_list)):
-                names |= {n.id for d in node.decorator_list for n in ast.walk(d) if isinstance(n, ast.Name)}
-    return names
+    for node in _functions(_source_text(target)).get(target.name, ()):
+        if first in (node.lineno, *(decorator.lineno for decorator in node.decorator_list)):
+            return node
+    return None
 
 
-def _source_tree(target: Target) -> ast.Module | None:
-    """The AST of the file or cell `target.raw` was written in (a cell's magic line blanked); parsed once per text
-    (every check of an op asks, and a module may be thousands of lines)."""
+def _source_text(target: Target) -> str:
+    """The text of the file or cell `target.raw` was written in (a cell's magic line blanked)."""
     lines = linecache.getlines(target.filename) if target.filename else []
     if lines and lines[0].startswith("%%"):
         lines = ["\n"] + lines[1:]
-    return _parsed("".join(lines))
+    return "".join(lines)
+
+
+def _source_tree(target: Target) -> ast.Module | None:
+    """The AST of the file or cell `target.raw` was written in; parsed once per text (every check of an op asks, and
+    a module may be thousands of lines)."""
+    return _parsed(_source_text(target))
 
 
 @functools.lru_cache(maxsize=32)
@@ -78,20 +86,26 @@ def _parsed(source: str) -> ast.Module | None:
         return None
 
 
+@functools.lru_cache(maxsize=32)
+def _functions(source: str) -> dict[str, list[ast.FunctionDef]]:
+    """The `def`s of a source by name, found once per text (a walk of a long module's tree costs more than a check of
+    a small op)."""
+    tree = _parsed(source)
+    functions: dict[str, list[ast.FunctionDef]] = {}
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.FunctionDef):
+            functions.setdefault(node.name, []).append(node)
+    return functions
+
+
 def _outer_returns(target: Target) -> list[ast.Return]:
     """The `return` statements of `target.raw` itself, not of functions nested in it."""
     tree = _source_tree(target)
     if tree is None:
         return []
-    first = first_line(target.raw)
-    body = tree.body if first == 1 else None  # body form: the cell is the function's body
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.FunctionDef)
-            and node.name == target.name
-            and first in (node.lineno, *(decorator.lineno for decorator in node.decorator_list))
-        ):
-            body = node.body
+    definition = _definition(target)
+    # The body form, a def found nowhere and the function's first line the cell's: the cell is its body.
+    body = definition.body if definition is not None else tree.body if first_line(target.raw) == 1 else None
     returns: list[ast.Return] = []
     pending: list[ast.AST] = list(body or [])
     while pending:

@@ -152,6 +152,9 @@ def input_resolutions(run: CheckRun, prober: Prober, seen: float) -> tuple[Input
     the smallest mismatch a probe fails beyond, over sqrt(sum (g_i h_i)^2) of its elements (`resolution.py`)."""
     columns, found = run.columns, []
     for name, start, stop in zip(columns.names, columns.offsets, columns.offsets[1:]):
-        _, typical = product_totals(prober.custom[start:stop], prober.steps[start:stop])
+        if start == 0 and stop == prober.z.size:  # one input: the prober's totals, taken already
+            _, typical = prober.step_totals
+        else:
+            _, typical = product_totals(prober.custom[start:stop], prober.steps[start:stop])
         found.append(InputResolution(name, seen / typical if typical > 0 and np.isfinite(seen) else None))
     return tuple(found)

@@ -98,11 +98,14 @@ class Locator:
         if not count:
             return [], self.mismatch, []
         typical = float(np.median(magnitude[:: max(1, magnitude.size // RESOLUTION_SAMPLE)]))
-        relative = np.divide(difference, np.maximum(magnitude, typical if typical > 0 else 1.0, out=magnitude))
-        relative[~suspects] = -1.0
+        # Only the suspects ranked: a selection over the whole input, most of it tied, costs more than the check.
+        indices = np.flatnonzero(suspects)
+        relative = difference[indices] / np.maximum(magnitude[indices], typical if typical > 0 else 1.0)
         listed = count if count <= LOCATED else 1 + SAMPLED  # all of them, or the worst of an error spread wide
-        top = np.argpartition(relative, -listed)[-listed:] if relative.size > listed else np.arange(relative.size)
-        top = top[np.argsort(-relative[top], kind="stable")]
+        if count > listed:
+            keep = np.argpartition(relative, -listed)[-listed:]
+            indices, relative = indices[keep], relative[keep]
+        top = indices[np.argsort(-relative, kind="stable")]
         found = self.judge.elements(top, contracted=self.judge.contracts(len(top)))
         if count > LOCATED:
             return found, 0.0, self.reference_blocks(reference)

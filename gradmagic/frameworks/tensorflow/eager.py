@@ -194,21 +194,21 @@ class TensorFlowAdapter(Adapter):
         def compute(inputs, bits, steps, rows, weights, sign_values, upstream, *gradient):
             z = building.z_vector(skeleton, inputs, dtype)
 
-            def direction(t, factor):
-                # The row's packed signs unpacked (the first element the high bit of its byte) into +-1.
-                bit = tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits[rows[t]][:, None], _HIGH_FIRST), 1)
-                sign = tf.cast(tf.reshape(bit, [-1])[:size], dtype) * 2 - 1
-                return sign * (factor * tf.cast(weights[t], dtype) * steps)
-
             def along(t):
-                # Each point formed anew, its direction's temporaries gone before the forward runs: at millions of
+                # The row's packed signs unpacked once into +-1 bytes (each byte's eight looked up: shifting and
+                # masking every byte costs twice as much); each point's direction formed from them anew, gone (with
+                # the product with the gradient, taken from the first) before the forward runs: at millions of
                 # elements one float64 vector less alive at the forward's peak.
-                values = [tf.tensordot(direction(t, 1.0), gradient[0], 1)] if gradient else []
+                sign = tf.reshape(tf.gather(_SIGNS_OF_BYTE, tf.cast(bits[rows[t]], tf.int32)), [-1])[:size]
+                values, along_gradient = [], []
                 for k in range(count):  # one sign after the other: one point's temporaries at a time
                     with tf.control_dependencies(values[-1:]):
-                        point = z + direction(t, sign_values[k])
+                        direction = tf.cast(sign, dtype) * (sign_values[k] * tf.cast(weights[t], dtype) * steps)
+                        if gradient and k == 0:
+                            along_gradient.append(tf.tensordot(direction, gradient[0], 1) / sign_values[0])
+                        point = z + direction
                     values.append(tf.tensordot(_forward_at(target, skeleton, inputs, point), upstream, 1))
-                return tf.stack(values[1:] + values[:1] if gradient else values)
+                return tf.stack(values + along_gradient)
 
             if tf.executing_eagerly():
                 return tf.stack([along(t) for t in range(rows.shape[0])], axis=1)
@@ -362,16 +362,24 @@ class TensorFlowAdapter(Adapter):
         self, target: Target, layout: Layout, kind: str, compute: Callable, signature: list, arguments: tuple, work: int
     ) -> Any:
         """`compute(*arguments)` compiled, or eagerly (traced never) while a small batch (its work in forward
-        evaluations, a vector-Jacobian product counting two) has run fewer than `tracing.EAGER_RUNS` times for this
-        op: a cold op's check needs few evaluations, and a trace costs several of them; an op checked again and again
-        gets its compiled functions (see `Compiled.worth_tracing`), one small batch's a check, so that no check waits
-        for all of their traces at once."""
+        evaluations, a vector-Jacobian product counting two) has run eagerly for less than `tracing.EAGER_RUNS`
+        runs' cost for this op (a run at `EAGER_ELEMENTS` elements costing two): a cold op's check needs few
+        evaluations, and a trace costs several of them; an op checked again and again gets its compiled functions
+        (see `Compiled.worth_tracing`), one small batch's a check, so that no check waits for all of their traces at
+        once."""
         compiled = self._compiled(target, layout, kind, compute, signature)
         cache = cache_of(target.raw)
         traces_left = cache.get(_TRACES_LEFT, 1)
-        if sum(int(np.prod(leaf.shape)) for leaf in layout.perturbed) >= COMPILED_ELEMENTS:
+        elements = sum(int(np.prod(leaf.shape)) for leaf in layout.perturbed)
+        if elements >= COMPILED_ELEMENTS:
             work = max(work, EAGER_WORK + 1)
-        if compiled.worth_tracing(*arguments, work=work, eager_work=EAGER_WORK, may_trace=traces_left > 0):
+        if compiled.worth_tracing(
+            *arguments,
+            work=work,
+            eager_work=EAGER_WORK,
+            may_trace=traces_left > 0,
+            run_cost=1 + elements / EAGER_ELEMENTS,
+        ):
             if not compiled.traced_for(*arguments) and work <= EAGER_WORK:
                 cache[_TRACES_LEFT] = traces_left - 1
             with _VariablesRestored(layout):
@@ -467,6 +475,10 @@ _TRACES_LEFT = "traces left"
 #: graph reuses its inputs' (a float64 forward at 5,000,000 elements kept 147 MB of temporaries eagerly, 71 MB
 #: compiled, measured), and a trace costs little beside evaluations of that size.
 COMPILED_ELEMENTS = 1 << 21
+#: The input size at which an eager batch's cost per element equals its fixed cost (measured on log1pexp from 10,000
+#: to 1,000,000 elements: 3.3 ms an evaluation plus 15 ns an element): a batch at a million elements costs about
+#: five small ones, and is traced after its first eager runs, not its fifth.
+EAGER_ELEMENTS = 1 << 18
 #: Work up to which a cold op's batch runs eagerly: tracing a `tf.function` costs as much as 15 to 60 eager
 #: vector-Jacobian products of the same op (measured, from 3 to 300 ops), and most checks of a small op need fewer.
 EAGER_WORK = 64
@@ -492,9 +504,9 @@ def _specs(tensors) -> list:
 _SHARED_BYTES = 1 << 20
 
 
-#: The shifts that unpack a byte of `Signs` into its eight elements, the first the high bit (a NumPy array: a
-#: TensorFlow constant made at import would be an op of the user's graph in TensorFlow 1's graph mode).
-_HIGH_FIRST = np.array([7, 6, 5, 4, 3, 2, 1, 0], np.uint8)
+#: The eight signs (+-1) of each byte of `Signs`, the first the high bit (a NumPy array: a TensorFlow constant made at
+#: import would be an op of the user's graph in TensorFlow 1's graph mode).
+_SIGNS_OF_BYTE = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.int8) * 2 - 1
 
 
 #: TensorFlow's tensors start on this boundary (Eigen's alignment); one that does not would abort the process.

@@ -35,7 +35,7 @@ from tensorflow.python.framework import ops as tf_ops  # for the gradient regist
 from gradmagic.frameworks.cache import cache_of
 
 _REGISTERED = "gradient functions registered"
-EAGER_RUNS = 5  # eager runs of one batch before its compiled function is traced (see `Compiled.worth_tracing`)
+EAGER_RUNS = 5  # eager runs of one small batch before its compiled function is traced (see `Compiled.worth_tracing`)
 
 
 def compiled(function: Callable, owner: Callable, key: tuple, input_signature: list | None = None) -> Compiled:
@@ -120,19 +120,20 @@ class Compiled:
             self.traced.add(key)
         return self.function(*args)
 
-    def worth_tracing(self, *args, work: int, eager_work: int, may_trace: bool = True) -> bool:
+    def worth_tracing(self, *args, work: int, eager_work: int, may_trace: bool = True, run_cost: float = 1.0) -> bool:
         """Whether to call the compiled function with these arguments rather than run them eagerly: when it is traced
-        for them already, when `work` exceeds `eager_work` (what an eager run may cost), or when they ran eagerly
-        `EAGER_RUNS` times before (in this check or earlier ones of the op) and `may_trace`. A trace costs about as
-        much as 2 to 10 eager runs of the same batch (measured on small ops: 190 ms against 37 ms, 114 against 16);
-        deciding to trace only after that many eager runs keeps the total at most about twice the best choice made
-        knowing how often the op will be checked. Else it notes an eager run."""
+        for them already, when `work` exceeds `eager_work` (what an eager run may cost), or when their eager runs (in
+        this check or earlier ones of the op) cost `EAGER_RUNS` small runs before and `may_trace`; `run_cost` is
+        what this run costs in small runs (a large input's eager run costs several). A trace costs about as much as 2
+        to 10 eager runs of a small batch (measured on small ops: 190 ms against 37 ms, 114 against 16); tracing
+        once the eager runs have cost that much keeps the total at most about twice the best choice made knowing how
+        often the op will be checked. Else it notes an eager run."""
         key = self._key(args)
         if key in self.traced or work > eager_work:
             return True
         if may_trace and self.ran_eagerly.get(key, 0) >= EAGER_RUNS:
             return True
-        self.ran_eagerly[key] = self.ran_eagerly.get(key, 0) + 1
+        self.ran_eagerly[key] = self.ran_eagerly.get(key, 0) + run_cost
         return False
 
     def traced_for(self, *args) -> bool:
