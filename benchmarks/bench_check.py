@@ -695,13 +695,22 @@ FACTORS = (1.0, 1.001, 1.003, 1.01, 1.015, 1.03)
 
 
 def float32_resolution() -> None:
+    print(
+        "\n7. Float32-only ops, the gradient right (1.0) or wrong by a factor: gradmagic.check (TensorFlow) / JAX's"
+        " check_grads; the correct op's worst error over gradmagic's tolerance, and the finite differences' dtype"
+    )
+    _float32_table(X32, "full mode")
+    _float32_table(RNG.uniform(-2, 2, (500, *X32.shape)).astype(np.float32), "projection mode")
+
+
+def _float32_table(x: np.ndarray, mode: str) -> None:
     import jax
     from jax.test_util import check_grads
 
     print(
-        "\n7. Float32-only ops, the gradient right (1.0) or wrong by a factor: gradmagic.check (TensorFlow) / JAX's"
-        " check_grads; the correct op's worst error over gradmagic's tolerance, and the finite differences' dtype"
-        f"\n   {'op':22} " + " ".join(f"{factor:>10}" for factor in FACTORS) + "  correct  dtype"
+        f"   x of {x.size:,} elements ({mode})\n   {'op':22} "
+        + " ".join(f"{factor:>10}" for factor in FACTORS)
+        + "  correct  dtype"
     )
     tf_ops, jax_ops = float32_ops(Namespace("tf")), float32_ops(Namespace("jax"))
     misses = {"gradmagic": 0, "check_grads": 0}
@@ -713,12 +722,12 @@ def float32_resolution() -> None:
             def op(x, forward=forward, vjp=vjp, factor=factor):
                 return forward(x), lambda u: vjp(x, u) * factor
 
-            report = gradmagic.check(tf.custom_gradient(op), tf.constant(X32), graph=False)
+            report = gradmagic.check(tf.custom_gradient(op), tf.constant(x), graph=False)
             ours = report.verdict == "fail"
             jax_op = jax.custom_vjp(jax_forward)
             jax_op.defvjp(lambda x, f=jax_forward: (f(x), x), lambda x, u, g=jax_vjp, k=factor: (g(x, u) * k,))
             try:
-                check_grads(jax_op, (jax.numpy.asarray(X32),), order=1, modes=["rev"])
+                check_grads(jax_op, (jax.numpy.asarray(x),), order=1, modes=["rev"])
                 theirs = False
             except AssertionError:
                 theirs = True

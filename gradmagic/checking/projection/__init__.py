@@ -65,7 +65,7 @@ def compare_projected(run: CheckRun, layout: Layout, evidence: Evidence) -> Nume
         run.release_z(run.layout)
     dtype = run.precision(layout)
     epsilon = machine_epsilon(dtype)
-    rtol, atol = tolerances(dtype, options.rtol, options.atol)
+    rtol, atol = element_tolerances(dtype, options.rtol, options.atol)
     prober = Prober(run, layout)
     measured = probe(run, prober)
     if measured is None:
@@ -77,7 +77,8 @@ def compare_projected(run: CheckRun, layout: Layout, evidence: Evidence) -> Nume
     if detection.failing.any():
         located, max_error = _located(run, prober, detection, judge, evidence)
     else:
-        located, max_error = _passed(run, layout, prober, detection, judge, evidence)
+        whole = max((found.relative for found in inputs if found.relative is not None), default=0.0)
+        located, max_error = _passed(run, layout, prober, detection, judge, evidence, whole)
     report_autodiff(run, evidence.rescued)
     return Numerics(
         mode="projection",
@@ -92,6 +93,15 @@ def compare_projected(run: CheckRun, layout: Layout, evidence: Evidence) -> Nume
         worst=tuple(located),
         resolution=resolution_of(run, layout, inputs),
     )
+
+
+def element_tolerances(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """The (rtol, atol) an element measured along its own step is judged with besides its measured noise: the
+    given ones, else in float32 none (what its measurement resolves judges it, as full mode's float32 does:
+    `low_precision`), else the defaults of the dtype."""
+    if dtype == "float32":
+        return rtol or 0.0, atol or 0.0
+    return tolerances(dtype, rtol, atol)
 
 
 def _located(
@@ -116,16 +126,23 @@ def _located(
 
 
 def _passed(
-    run: CheckRun, layout: Layout, prober: Prober, detection: Detection, judge: BlockProbes, evidence: Evidence
+    run: CheckRun,
+    layout: Layout,
+    prober: Prober,
+    detection: Detection,
+    judge: BlockProbes,
+    evidence: Evidence,
+    whole: float,
 ) -> tuple[list[ElementComparison], float]:
     """Every probe within its noise: block probes where rounding hides a typical element's error (float32 at scale,
-    sized for the small ones), then what the pass resolves, said where it is coarser than the tolerance."""
+    sized for the small ones), then what the pass resolves, said where it is coarser than the tolerance (`whole`:
+    the largest error of an input's whole gradient that could pass, `input_resolutions`)."""
     options, max_error = run.options, detection.max_error
     seen = detection.threshold * float(np.min(detection.scale))
     located: list[ElementComparison] = []
     small, typical, _ = resolution(prober, seen, judge.atol)
     if detection.judgeable and typical > SINGLE_ELEMENT_WARNING:
-        located, seen = judge.run(small)
+        located, seen = judge.run(small * prober.bound_over_measured)
         if located:
             mismatch = Mismatch(
                 judge.failing,
@@ -143,7 +160,7 @@ def _passed(
             surrogate.report_declared_match(run.findings)
         dtype = run.precision(layout)
         tolerated = (judge.rtol, judge.atol)
-        report_resolution(run, layout, prober, seen, dtype, tolerated, detection.threshold, judge.unmeasured)
+        report_resolution(run, layout, prober, seen, dtype, tolerated, whole, judge.unmeasured)
     return located, max_error
 
 

@@ -54,6 +54,12 @@ class BlockProbes:
         custom, numerical = measured(element)
         return abs(custom - numerical) > self.rtol * max(abs(custom), abs(numerical)) + self.atol
 
+    @property
+    def in_float64(self) -> bool:
+        """Whether the op runs in float64: u . f taken inside the call then rounds as little as each output compared
+        on its own (a narrower op's u . f, contracted in float64 too, carries the rounding of all its outputs)."""
+        return self.epsilon <= EPSILONS["float64"]
+
     def contracts(self, count: int) -> bool:
         """Whether `count` elements are measured contracted (u . f taken inside the call) rather than each output
         compared on its own, whose rounding is then only that of the outputs an element moves: compared on their
@@ -62,7 +68,7 @@ class BlockProbes:
         outputs = 2 * (count + 1) * max(1, self.upstream.size)
         if outputs <= BLOCK_CALL_VALUES:
             return False
-        return self.prober.z.dtype == np.float64 or outputs > self.budget
+        return self.in_float64 or outputs > self.budget
 
     def measure(self, spans: list[tuple[int, int]], each: bool = False, contracted: bool = False):
         """Central differences of u . f along the signed steps over each span of elements (with `each`, along each
@@ -87,7 +93,7 @@ class BlockProbes:
             else:
                 plus, minus = prober.run.adapter.evaluate(
                     prober.run.target, prober.layout, directions, signs=(1.0, -1.0)
-                ).astype(np.float64)
+                ).astype(np.float64, copy=False)
                 self.budget -= plus.size + minus.size
                 moved = plus != minus
                 out[0, part] = ((plus - minus) @ self.upstream) / 2
@@ -163,7 +169,7 @@ class BlockProbes:
         can measure element by element. In float64 the parts' u . f is taken inside the call, which spends none of
         the budget; elsewhere rounding needs each output compared on its own, while the budget lasts. What cannot
         be narrowed is noted in `unmeasured`."""
-        contracted = self.prober.z.dtype == np.float64
+        contracted = self.in_float64
         outputs = max(1, self.upstream.size)
         pending = [(start, stop, allowed)]
         found: list[ElementComparison] = []

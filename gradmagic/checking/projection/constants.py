@@ -4,8 +4,9 @@
 NOISE_MARGIN = 30.0
 #: ... and this many times the root-sum-square of the custom gradient's own rounding (`precision.gradient_rounding`).
 GRADIENT_MARGIN = 3.0
-#: ... and this many machine epsilons (rounding of the long dot products themselves, which run in float32 at least:
-#: a 16-bit op's own rounding is in the measured noise).
+#: ... and this many machine epsilons: of the float the probes' long dot products run in (float64 where the op's own
+#: float is narrower, `Prober`: the op's rounding is in the measured noise); block probes, float32's at least (what
+#: they allow a block whose elements straddle a kink).
 EPSILON_FLOOR = 1e3
 #: Directions measured at a second step size too, for the truncation error.
 RICHARDSON = 1
@@ -14,6 +15,9 @@ UNJUDGEABLE_NOISE = 1e-2
 #: ... or above this many times the floor of a smooth op in the precision they run in, eps^(2/3) (truncation and
 #: rounding at the step eps^(1/3)): about 1 % in float16, 4 % in bfloat16, which is their smooth ops' own noise.
 SMOOTH_FLOORS = 10
+#: The custom gradient and autodiff's, both computed in the op's float, may differ by this many of its roundings of
+#: their magnitude before autodiff names an element a suspect (`Locator.by_reference`).
+REFERENCE_ROUNDINGS = 64
 #: Located elements reported at most.
 LOCATED = 8
 #: Elements of a spread error measured besides its worst (`Locator.samples`).

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradmagic.checking import precision
-from gradmagic.checking.differences import EPSILONS, machine_epsilon
+from gradmagic.checking.differences import machine_epsilon
 from gradmagic.checking.projection.constants import (
     EPSILON_FLOOR,
     GRADIENT_MARGIN,
@@ -124,7 +124,7 @@ def detect(run: CheckRun, layout: Layout, prober: Prober, measured: Projections)
         gradient_noise = np.nan_to_num(
             precision.gradient_rounding(run, layout) * prober.step_totals[1] / scale, nan=0.0, posinf=0.0
         )
-    floor = EPSILON_FLOOR * min(epsilon, EPSILONS["float32"]) + GRADIENT_MARGIN * float(np.max(gradient_noise))
+    floor = EPSILON_FLOOR * prober.contraction_epsilon + GRADIENT_MARGIN * float(np.max(gradient_noise))
     unjudgeable = max(UNJUDGEABLE_NOISE, SMOOTH_FLOORS * epsilon ** (2 / 3))
     detection = Detection(
         differences, predicted, magnitude, scale, error, noise, typical_noise, relative_truncation, floor, unjudgeable

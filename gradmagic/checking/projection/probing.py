@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradmagic.checking.differences import aligned_empty, machine_epsilon, norm, steps_for
+from gradmagic.checking import low_precision
+from gradmagic.checking.differences import aligned_concatenate, aligned_empty, machine_epsilon, norm, steps_for
 from gradmagic.checking.projection.constants import (
     CALL_ELEMENTS,
     KEPT_UPSTREAM,
@@ -53,7 +54,13 @@ class Prober:
 
     def __init__(self, run: CheckRun, layout: Layout):
         self.run, self.layout = run, layout
+        precision = run.precision(layout)
         self.z = run.z(layout)
+        if low_precision.applies(precision) and self.z.dtype != np.float64:
+            # An op that runs only in a narrower float: measured about float64 points (each cast to the op's float
+            # exactly: the steps are exact there) and contracted in float64, so that the long dot products add no
+            # rounding of their own to what the op's outputs carry.
+            self.z = aligned_concatenate([self.z], np.float64)
         self._gradient_steps: dict[float, tuple[float, float, float]] = {}
         self._step_totals: tuple[float, float] | None = None
         self.upstream_vector = probe_upstream(run.options.seed, run.rows.size).astype(self.z.dtype, copy=False)
@@ -62,13 +69,50 @@ class Prober:
         self._autodiff: tuple[np.ndarray | None] | None = None
         #: Autodiff's vector-Jacobian product, where it is trusted to name candidates (`trust_reference`).
         self.reference: np.ndarray | None = None
-        # The rounding of u . f(z +- d) is that of u . f(z): measured once, at the centre.
-        epsilon = machine_epsilon(run.precision(layout))
-        self.rounding = tuple(epsilon * total for total in product_totals(self.upstream_vector, vjps.outputs[0]))
+        # The rounding of u . f(z +- d) is that of u . f(z): bounded once, at the centre.
+        epsilon = machine_epsilon(precision)
+        worst, typical = product_totals(self.upstream_vector, vjps.outputs[0])
+        self.rounding = (epsilon * worst, epsilon * typical)
+        #: The bound (worst case, root-sum-square) of that rounding, where `rounding` is measured instead.
+        self.rounding_bound: tuple[float, float] = self.rounding
+        centre = float(self.upstream_vector @ vjps.outputs[0].astype(np.float64, copy=False))
         del vjps  # the steps and signs after the product's temporaries are gone: less at millions
         options = run.options
         self.steps = steps_for(self.z, *run.dtypes_and_sizes(layout), options.eps)
         self.signs = Signs.of(random_signs(options.seed, options.probes, self.z.size))
+        if low_precision.applies(precision):
+            self.rounding = self._measured_rounding(centre)
+
+    def _measured_rounding(self, centre: float) -> tuple[float, float]:
+        """Below float64, the rounding of u . f(z +- d) as measured along the first probe's direction (`NOISE_SIGMAS`
+        standard deviations of its noise, `low_precision.measured_noise`), not bounded: a bound sums every output's
+        rounding as if all had the same sign, N times a typical one where the measured noise grows as sqrt(N), and
+        would hide a whole gradient 10 % off among 10,000 float32 elements. Never below the root-sum-square of the
+        outputs' roundings, nor above the bound (a forward with kinks near the direction, a leaky ReLU's elements
+        near zero, shows them as noise: judged as before); the bound where the measurement is not finite (the
+        forward's domain ends within the points)."""
+        worst, typical = self.rounding
+        points = low_precision.NOISE_POINTS
+        factors = np.arange(1, points + 1, dtype=np.float64)[:, None] / low_precision.NOISE_SPACING
+        directions = Directions(self.signs, self.steps, np.zeros(points, np.int32), factors.astype(np.float32))
+        plus, minus = self.run.evaluate(self.layout, directions, self.upstream_vector, signs=(1.0, -1.0))
+        noise = float(low_precision.measured_noise(np.array([centre]), plus[:, None, None], minus[:, None, None])[0, 0])
+        if not np.isfinite(noise):
+            return worst, typical
+        measured = min(worst, max(typical, low_precision.NOISE_SIGMAS * noise))
+        return measured, measured
+
+    @property
+    def bound_over_measured(self) -> float:
+        """How many times the measured rounding the worst-case bound is (1 where it is not measured): what block
+        probes, whose rounding is the bound over the outputs they move, lose against the probes."""
+        worst, measured = self.rounding_bound[0], self.rounding[0]
+        return worst / measured if measured > 0 and np.isfinite(worst / measured) else 1.0
+
+    @property
+    def contraction_epsilon(self) -> float:
+        """The machine epsilon of the long dot products (u . f, g . d), which run in z's float."""
+        return machine_epsilon(self.z.dtype.name)
 
     def direction(self, row: int, element: int) -> float:
         """The value of probe `row`'s direction at `element`: its sign times its step."""

@@ -208,14 +208,15 @@ def report_resolution(
     spread: float,
     unmeasured: list[tuple[int, int]],
 ) -> None:
-    """`projection-resolution`: how far one element's gradient could be off and not show, and how far the whole
-    gradient (`spread`, the relative error along a direction that fails it: a third in a 16-bit float), where either
-    is more than the tolerance; and the blocks of elements that disagreed but were left unmeasured."""
+    """`projection-resolution`: how far one element's gradient could be off and not show, and how far an input's
+    whole gradient (`spread`, `input_resolutions`' largest: a third in a 16-bit float), where either is more than
+    the tolerance; and the blocks of elements that disagreed but were left unmeasured."""
     rtol, atol = tolerances
     small, typical, best = resolution(prober, seen, atol)
     # Said where a typical element's error could hide beyond the tolerance, or a small one's beyond 10 %.
     single = typical > max(rtol, SINGLE_ELEMENT_NOTE) or small > SINGLE_ELEMENT_WARNING
-    if not single and spread <= rtol and not unmeasured:
+    coarse = spread > max(rtol, SINGLE_ELEMENT_NOTE)
+    if not single and not coarse and not unmeasured:
         return
     options, columns = run.options, run.columns
     z_size = prober.z.size
@@ -229,7 +230,7 @@ def report_resolution(
     else:
         remedy = " or in float64"
     parts = ", ".join(f"`{name}`" for name in columns.names)
-    if spread > rtol:  # finite differences at this precision's steps are that noisy along every direction
+    if coarse:  # finite differences at this precision's steps are that noisy along every direction
         seen_here = f"rules out errors spread over the gradient only beyond {percent(spread)} of it"
     else:
         seen_here = "rules out errors spread over the gradient"

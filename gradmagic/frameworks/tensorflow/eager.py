@@ -397,9 +397,12 @@ class TensorFlowAdapter(Adapter):
     def _compiled(
         self, target: Target, layout: Layout, kind: str, function: Callable, input_signature: list | None = None
     ) -> tracing.Compiled:
-        """`function` compiled for this op and input layout, traced once and reused by later checks."""
+        """`function` compiled for this op and input layout (and its signature's dtypes: a float32 op's points are
+        float32 in one phase, float64 in another), traced once and reused by later checks."""
+        dtypes = tuple(spec.dtype.name for spec in tf.nest.flatten(input_signature or []))
         key = (
             kind,
+            dtypes,
             id(target.op),
             str(tf.nest.map_structure(lambda leaf: (tuple(leaf.shape), leaf.dtype.name), layout.structure)),
             layout.perturbable,
