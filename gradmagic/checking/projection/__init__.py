@@ -13,6 +13,14 @@ the truncation error of the differences; with their rounding bound, that is
 the measured noise floor the error is judged against. Nothing grows with the
 number of elements, and signed directions cannot cancel a wrong element out.
 
+Narrower floats. An op that runs only in float32 (or a 16-bit float) is
+probed about float64 points, each cast to its float exactly, and u . f is
+taken in float64: what rounds is the op's outputs alone, whose rounding is
+measured along a probe's direction (`Prober`, as full mode measures it) and
+grows as sqrt(N), where a bound of N roundings would hide a whole gradient
+9 % off among 10,000 elements. Elements are then judged by their measured
+noise (float32 without a default rtol, as in full mode).
+
 Localisation. The mismatch along a direction is linear in it: restricted to
 a set S with element weights c, it is sum_{i in S} e_i c_i d_i where e is the
 error of the custom gradient. With one wrong element i, the ratio of the
