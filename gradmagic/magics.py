@@ -26,6 +26,7 @@ from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, interrupts_in_user_frames
+from gradmagic.frameworks.base import call_signature
 from gradmagic.frameworks.cache import function_of
 from gradmagic.magic_line import is_example_input, split_words
 from gradmagic.op import OpInfo, attach, info_of
@@ -236,6 +237,12 @@ class GradientMagics(Magics):
         is (gradients flow to positional inputs only); for a *args parameter,
         give a tuple: --check xs=(a, b).
 
+        Code as found: a def already decorated (`@tf.custom_gradient`, under
+        `@tf.function` or a decorator of yours) is bound as written; other
+        decorators stay, the magic's applied beneath them; the lines after
+        the def run with the op bound; a function that calls custom-gradient
+        ops, or a Keras layer class whose `call` does, is checked as it is.
+
         Line numbers in errors and tracebacks are the cell's, the magic line
         being line 1. A cell that fails to define its op keeps nothing it
         defined: the previous op and variables of the notebook stay exactly
@@ -270,9 +277,11 @@ class GradientMagics(Magics):
         cell_source = source.Cell.typed("custom_gradient", line, cell, self._register_cell)
         try:
             examples = example_inputs.parse_example_inputs(options.examples)
-            settings = self._settings(options, "keras" if options.keras else self.framework)
-            adapter = frameworks.get_adapter(settings.framework)
             compiled = source.compile_cell(cell_source, options.target)
+            # A custom-gradient decorator written in the cell names its framework (`@keras.ops.custom_gradient`).
+            framework = compiled.framework or ("keras" if options.keras else self.framework)
+            settings = self._settings(options, framework)
+            adapter = frameworks.get_adapter(settings.framework)
         except GradmagicError as error:
             raise _usage(str(error)) from None
         except SyntaxError as error:
@@ -289,13 +298,9 @@ class GradientMagics(Magics):
             )
         try:
             with source.UnchangedOnFailure(namespace):
-                function = self._run_cell(compiled, namespace)
-                signature = inspect.signature(function)
-                if examples:
-                    example_inputs.check_names(examples, signature, compiled.name)
-                op = _unchanged_op(previous, function, adapter) or _new_op(function, adapter)
-                attach(
-                    op,
+                bound, note = self._define(compiled, namespace, adapter, previous)
+                attach_info(
+                    bound,
                     OpInfo(
                         compiled.name,
                         adapter.name,
@@ -306,7 +311,12 @@ class GradientMagics(Magics):
                         surrogate=bool(options.surrogate),
                     ),
                 )
-                namespace[compiled.name] = op
+                self._run_rest(compiled, namespace, bound)
+                checking = run_check and bool(examples)
+                op, signature, instance_note = _checked_callable(compiled, bound, namespace, checking)
+                note = note or instance_note
+                if examples:
+                    example_inputs.check_names(examples, signature, compiled.name)
                 arguments = None
                 if run_check and examples:
                     with adapter.example_scope():
@@ -316,13 +326,53 @@ class GradientMagics(Magics):
             raise _usage(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
         if arguments is None:
             if not quiet:
-                print(
-                    f"{compiled.name}{signature} is now a {adapter.decorator} op "
-                    f"({adapter.display_name} {adapter.version})."
-                )
+                print(_defined_line(compiled, bound, signature, adapter, note))
             return None
-        report = self._check(op, examples, arguments, settings, "the cell's --check")
+        report = self._check(op, examples, arguments, settings, "the cell's --check", note)
         return None if quiet and report.ok else report
+
+    def _define(self, compiled: source.CompiledCell, namespace: dict, adapter, previous) -> tuple[object, str | None]:
+        """Run the cell up to its definition, the op made there (under the user's decorators, if any); what is bound
+        under its name, and the info that says what the magic did when that is not the plain case."""
+        __tracebackhide__ = True
+        made: dict = {}
+
+        def hook(function):
+            called = [name for name in sorted(compiled.calls) if adapter.is_op(function.__globals__.get(name))]
+            if not compiled.gradient_shaped and called:  # a wrapper of custom-gradient ops: checked as it is
+                made["wrapper"] = called
+                return function
+            op = _unchanged_op(previous, function, adapter) or _new_op(function, adapter)
+            made["op"] = op
+            return op
+
+        try:
+            bound = source.run_compiled_cell(compiled, namespace, hook)
+        except GradmagicError:
+            raise
+        except BaseException as error:
+            _add_note(
+                error,
+                f"gradmagic: the cell failed, so `{compiled.name}` was not (re)defined; "
+                "the notebook's names are as they were before the cell.",
+            )
+            raise
+        return bound, _definition_note(compiled, bound, adapter, made)
+
+    def _run_rest(self, compiled: source.CompiledCell, namespace: dict, bound: object) -> None:
+        """The cell's statements after its definition (demo lines, a layer class), with the op bound."""
+        __tracebackhide__ = True
+        try:
+            source.run_rest(compiled, namespace, bound)
+        except GradmagicError:
+            raise
+        except BaseException as error:
+            _add_note(
+                error,
+                f"gradmagic: the cell's lines after `{compiled.name}` failed (they ran with `{compiled.name}` "
+                "bound as the op), so the cell defined nothing; the notebook's names are as they were before it.",
+            )
+            raise
 
     @magic_arguments.magic_arguments()
     @_op_arguments
@@ -568,20 +618,6 @@ class GradientMagics(Magics):
                 lines.append("    " + " " * max(error.offset - 1 - (len(text) - len(stripped)), 0) + "^")
         return "\n".join(lines)
 
-    def _run_cell(self, compiled: source.CompiledCell, namespace: dict):
-        __tracebackhide__ = True
-        try:
-            return source.run_compiled_cell(compiled, namespace)
-        except GradmagicError:
-            raise
-        except BaseException as error:
-            _add_note(
-                error,
-                f"gradmagic: the cell failed, so `{compiled.name}` was not (re)defined; "
-                "the notebook's names are as they were before the cell.",
-            )
-            raise
-
     def _settings(self, options, framework: str) -> CheckOptions:
         """The check's options: the line's over the `%config` traits' (an OptionError naming a bad one as given:
         `--rtol` on the line, `%config GradientMagics.rtol`)."""
@@ -616,14 +652,23 @@ class GradientMagics(Magics):
         """Whether `%config` set the trait `name` to other than its default (what the report lists as given)."""
         return name in self.config.get("GradientMagics", {}) and getattr(self, name) != self.trait_defaults(name)
 
-    def _check(self, op, examples, arguments: tuple[list, dict], settings: CheckOptions, inputs_from: str):
+    def _check(
+        self,
+        op,
+        examples,
+        arguments: tuple[list, dict],
+        settings: CheckOptions,
+        inputs_from: str,
+        note: str | None = None,
+    ):
         """Run the check with these options; the report can re-check. `inputs_from`: where the inputs came from, as
-        the report says it ("the cell's --check")."""
+        the report says it ("the cell's --check"); `note`: how the cell made its op, said in the report."""
         from gradmagic.api import CheckContext
         from gradmagic.notebook.progress import ProgressBar
 
+        context = CheckContext(op, settings, examples, inputs_from=inputs_from, cell_note=note)
         with ProgressBar() as progress:
-            return CheckContext(op, settings, examples, inputs_from=inputs_from).run(*arguments, progress=progress)
+            return context.run(*arguments, progress=progress)
 
     def _evaluate_op(self, expression: str):
         try:
@@ -635,6 +680,88 @@ class GradientMagics(Magics):
         if not callable(op):
             raise GradmagicError(f"`{expression}` is a {type(op).__name__}, not an op.")
         return op
+
+
+def attach_info(bound: object, info: OpInfo) -> None:
+    """Record `info` on what the cell bound (an object that takes no attribute, a class with slots, goes without)."""
+    with contextlib.suppress(AttributeError, TypeError):
+        attach(bound, info)
+
+
+def _definition_note(compiled: source.CompiledCell, bound: object, adapter, made: dict) -> str | None:
+    """The info that says what the magic did with a cell that is not a plain def: decorators written, a wrapper of
+    ops, a class. None for the plain case."""
+    name = compiled.name
+    written = ", ".join(f"`@{text}`" for text, _ in compiled.decorators)
+    lines = sorted({line for _, line in compiled.decorators})
+    where = f"cell line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
+    if compiled.kind == "class":
+        return None
+    if compiled.kind == "decorated":
+        if not adapter.is_op(bound):
+            raise GradmagicError(
+                f"`{name}` is decorated with {written} ({where}), which made it a {type(bound).__name__} that is no "
+                f"{adapter.decorator} op; write its decorators as in a plain cell, the custom-gradient one innermost."
+            )
+        return f"`{name}` is decorated in the cell ({written}, {where}): bound as written, not decorated again."
+    if "wrapper" in made:
+        return (
+            f"`{name}` returns no gradient function: it calls the custom-gradient "
+            f"op{'s' if len(made['wrapper']) > 1 else ''} {', '.join(f'`{op}`' for op in made['wrapper'])}, so it "
+            f"is bound as written (not decorated) and checked as the function it is, through their gradients."
+        )
+    if "op" not in made:
+        raise GradmagicError(f"`{name}` was not made by the cell's `def`: the magic's decorator never ran on it.")
+    if compiled.decorators:
+        return (
+            f"`{name}` is decorated in the cell ({written}, {where}): the magic's {adapter.decorator} is applied "
+            "beneath them, and the result bound as written."
+        )
+    return None
+
+
+def _checked_callable(compiled: source.CompiledCell, bound: object, namespace: dict, needed: bool):
+    """What the check calls for what the cell bound, the signature its `--check` inputs bind to, and for a class,
+    the info that says which instance: the op or function itself; for a class, an instance the cell made (else one
+    made without arguments), whose `call` (a Keras layer's) or `__call__` takes the inputs by position."""
+    if compiled.kind != "class":
+        return bound, _signature_of(bound, compiled.name), None
+    name = compiled.name
+    found = [(key, value) for key, value in namespace.items() if isinstance(value, bound)]  # type: ignore[arg-type]
+    if found:
+        key, instance = found[-1]
+        made = f"`{key}`, the instance the cell made"
+    elif needed:
+        try:
+            instance = bound()  # type: ignore[operator]
+        except Exception as error:
+            raise GradmagicError(
+                f"`{name}` is a class; checking it needs an instance, and `{name}()` failed "
+                f"({type(error).__name__}: {error}). Make one in the cell, `layer = {name}(...)`, or after "
+                f"it, and check that: `%gradcheck layer x=EXPR`."
+            ) from None
+        made = f"`{name}()`"
+    else:
+        return bound, _signature_of(bound, name), None
+    method = "call" if callable(getattr(instance, "call", None)) else "__call__"
+    note = (
+        f"`{name}` is a class: checked through {made}, its `{method}` taking the --check inputs by position "
+        "(the class is bound as written)."
+    )
+    return instance, _signature_of(instance, name), note
+
+
+def _defined_line(compiled: source.CompiledCell, bound: object, signature, adapter, note: str | None) -> str:
+    """What a cell without a check prints."""
+    if compiled.kind == "class":
+        return (
+            f"`{compiled.name}` is a class: check an instance of it with `%gradcheck layer x=EXPR` "
+            f"(its `call` takes the inputs by position)."
+        )
+    said = f"{compiled.name}{signature} is now a {adapter.decorator} op ({adapter.display_name} {adapter.version})."
+    if note is not None:
+        said = note
+    return said
 
 
 def _values_attached(parser, words: list[str]) -> list[str]:
@@ -657,8 +784,9 @@ def _values_attached(parser, words: list[str]) -> list[str]:
 
 
 def _signature_of(op, expression: str) -> inspect.Signature:
+    """The signature `--check` inputs bind to (a Keras layer's `call`'s)."""
     try:
-        return inspect.signature(op)
+        return call_signature(op)
     except (TypeError, ValueError) as error:
         raise GradmagicError(f"Cannot read the signature of `{expression}`: {error}.") from None
 

@@ -217,7 +217,7 @@ def recipe_for(op: Callable, framework: str = "keras") -> dict:
     if info is not None and linecache.getlines(info.filename):
         cell = Cell.of("".join(linecache.getlines(info.filename)), info.filename)
         code = compile_cell(cell, info.target).code
-        namespace = target.raw.__globals__ if target.origin == "magic" else {}
+        namespace = target.raw.__globals__ if target.origin in ("magic", "decorated") else {}
         return {
             "kind": "cell",
             "magic_line": cell.magic_line,
@@ -343,7 +343,7 @@ def _rebuild(recipe: dict) -> Callable:
         cell = Cell(recipe["magic_line"], recipe["body"], recipe["filename"])
         _register(recipe["filename"], cell.text)
         compiled = compile_cell(cell, recipe["target"])
-        op = get_adapter("keras").decorate(run_compiled_cell(compiled, namespace))
+        op = run_compiled_cell(compiled, namespace, get_adapter("keras").decorate)  # as written, or decorated
         attach(op, OpInfo(compiled.name, "keras", compiled.form, cell.filename, (), recipe["target"]))
         return op
     _register(recipe["filename"], recipe["source"])

@@ -2,8 +2,12 @@
 
 A `%%custom_gradient` cell comes in two forms:
 
-* definition form: the cell holds a `def` (helper statements and imports may
-  stand before or after it); the magic line may name the def to decorate;
+* definition form: the cell holds a `def` (helper statements, imports, a
+  demo, classes may stand before or after it); the magic line may name it.
+  The magic's decorator is written into the `def` (`HOOK`, beneath any the
+  user wrote), so that the op is bound where the `def` runs and the lines
+  after it use it; a `def` that carries a custom-gradient decorator itself is
+  run as written. A cell of a class (a Keras layer) defines the class;
 * body form: the magic line gives the signature, `name(params)`, and the cell
   is the function's body, `return` included.
 
@@ -61,14 +65,28 @@ def _cell_text(magic_line: str, body: str) -> str:
     return f"{magic_line}\n{body}"
 
 
+#: The name under which the magic's decorator is written into the cell's `def` (innermost, under the user's own
+#: decorators): `run_compiled_cell` binds it for the cell's run only.
+HOOK = "__gradmagic_op__"
+
+
 @dataclass(frozen=True)
 class CompiledCell:
-    """A cell compiled to a module whose running defines function `name`."""
+    """A cell compiled to a module whose running defines `name`: the custom-gradient op (or the function or class
+    to check), the cell's other statements running as they would in a plain cell."""
 
     name: str
     form: str  # "definition" or "body"
-    code: types.CodeType
+    code: types.CodeType  # the cell's statements up to and including the definition of `name`
     decorators: tuple[tuple[str, int], ...] = ()  # the def's decorators as written, and their cell lines
+    #: "function": the magic makes the op (its decorator `HOOK`, under any the user wrote); "decorated": the cell
+    #: writes a custom-gradient decorator itself, the op is bound as written; "class": a class whose methods reach
+    #: custom-gradient ops, checked through an instance.
+    kind: str = "function"
+    after: types.CodeType | None = None  # the statements after the definition (demo lines), run once it is bound
+    framework: str | None = None  # the framework a written decorator names ("keras", "tensorflow")
+    calls: frozenset = frozenset()  # the names the def calls (a wrapper of custom-gradient ops calls them)
+    gradient_shaped: bool = True  # the def defines a gradient function or returns a pair (an op, not a wrapper)
 
 
 @functools.lru_cache(maxsize=64)
@@ -96,50 +114,156 @@ def _parse_body(cell: Cell) -> ast.Module:
 
 def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
     tree = _parse_body(cell)
-    functions = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    names = list(dict.fromkeys(node.name for node in functions))
-    if not functions:
-        raise CellError(
-            "The cell defines no function. Write `def name(x): ...` in the cell, or give the "
-            "signature on the magic line (`%%custom_gradient name(x)`) and write only the body."
-        )
-    if target is None:
-        if len(names) > 1:
-            raise CellError(
-                f"The cell defines {len(names)} functions ({', '.join(names)}); name the one to "
-                f"decorate on the magic line, e.g. `%%custom_gradient {names[-1]}`."
-            )
-        name = names[0]
-    elif not target.isidentifier():
-        raise CellError(f"`{target}` is not a function name; write `%%custom_gradient NAME` or `NAME(params)`.")
-    elif target not in names:
-        raise CellError(
-            f"The cell defines no function named `{target}`; it defines {', '.join(names)}. To write only "
-            f"the body instead, give the parameters on the magic line: `%%custom_gradient {target}(x)`."
-        )
-    else:
-        name = target
-    node = [node for node in functions if node.name == name][-1]
+    node = _chosen(tree, target)
+    name = node.name
     if isinstance(node, ast.AsyncFunctionDef):
         raise CellError(
             f"`{name}` (cell line {node.lineno}) is an `async def`; a custom-gradient op must be a plain `def`."
         )
-    for decorator in node.decorator_list:
-        written = ast.unparse(decorator)
-        if written.split("(")[0].endswith("custom_gradient"):
-            raise CellError(
-                f"`{name}` is already decorated with `@{written}` (cell line {decorator.lineno}); "
-                "remove that line: the magic applies the decorator itself."
-            )
-        if written.split("(")[0].split(".")[-1] == "function":
-            raise CellError(
-                f"`{name}` is decorated with `@{written}` (cell line {decorator.lineno}); remove that line: the magic "
-                f"needs the plain function, which returns `(outputs, grad)`, to make the custom-gradient op. The op "
-                f"works inside tf.function: decorate the function that calls it, or compile it after this cell, "
-                f"`{name}_compiled = tf.function({name})`."
-            )
     decorators = tuple((ast.unparse(decorator), decorator.lineno) for decorator in node.decorator_list)
-    return CompiledCell(name, "definition", compile(tree, cell.filename, "exec"), decorators)
+    kind, framework = "class", None
+    calls: frozenset = frozenset()
+    shaped = True
+    if isinstance(node, ast.FunctionDef):
+        registered = [decorator for decorator in node.decorator_list if _last_name(decorator) == "RegisterGradient"]
+        if registered:
+            raise CellError(
+                f"`{name}` is a registered gradient (`@{ast.unparse(registered[0])}`, cell line "
+                f"{registered[0].lineno}): a gradient function for an op type, `(op, grad)`, not a custom-gradient "
+                "op that returns `(outputs, grad)`. Run it as a plain cell, without %%custom_gradient."
+            )
+        written = [decorator for decorator in node.decorator_list if _is_custom_gradient(decorator)]
+        if written:
+            kind = "decorated"
+            framework = "keras" if any(_root(decorator) in _KERAS_ROOTS for decorator in written) else "tensorflow"
+        else:
+            kind = "function"
+            hook = ast.copy_location(ast.Name(HOOK, ast.Load()), node)
+            node.decorator_list.append(hook)  # innermost: the op made first, the user's decorators over it
+        calls = frozenset(_called_names(node))
+        shaped = _gradient_shaped(node)
+    ast.fix_missing_locations(tree)
+    position = tree.body.index(node) + 1
+    code = _compiled(tree.body[:position], cell.filename)
+    after = _compiled(tree.body[position:], cell.filename) if tree.body[position:] else None
+    return CompiledCell(name, "definition", code, decorators, kind, after, framework, calls, shaped)
+
+
+def _compiled(statements: list, filename: str) -> types.CodeType:
+    """Statements compiled as a module of the cell, with the cell's own `__future__` imports only (none of
+    gradmagic's: `from __future__ import annotations` here would make the cell's annotations strings)."""
+    return compile(ast.Module(body=statements, type_ignores=[]), filename, "exec", dont_inherit=True)
+
+
+def _chosen(tree: ast.Module, target: str | None) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef:
+    """The definition the cell is about: the one named on the magic line; else its custom-gradient op (a def that
+    carries a custom-gradient decorator, or defines or returns a gradient function), if it has one; else its only
+    function; else its only class. Several candidates: CellError listing them."""
+    defs = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    named = {node.name: node for node in defs + classes}  # the last definition of a name is the one bound
+    if target is not None:
+        if not target.isidentifier():
+            raise CellError(f"`{target}` is not a function name; write `%%custom_gradient NAME` or `NAME(params)`.")
+        if target not in named:
+            defined = ", ".join(named) or "nothing"
+            raise CellError(
+                f"The cell defines no function named `{target}`; it defines {defined}. To write only the body "
+                f"instead, give the parameters on the magic line: `%%custom_gradient {target}(x)`."
+            )
+        return named[target]
+    functions = [node for name, node in named.items() if not isinstance(node, ast.ClassDef)]
+    ops = [node for node in functions if isinstance(node, ast.FunctionDef) and _op_shaped(node)]
+    for candidates in (ops, functions, [node for node in named.values() if isinstance(node, ast.ClassDef)]):
+        if len(candidates) == 1:
+            return candidates[0]
+        if candidates:
+            names = [node.name for node in candidates]
+            what = "custom-gradient ops" if candidates is ops else "functions" if candidates is functions else "classes"
+            raise CellError(
+                f"The cell defines {len(names)} {what} ({', '.join(names)}); name the one to make and check on the "
+                f"magic line, e.g. `%%custom_gradient {names[-1]}`."
+            )
+    raise CellError(
+        "The cell defines no function. Write `def name(x): ...` in the cell, or give the "
+        "signature on the magic line (`%%custom_gradient name(x)`) and write only the body."
+    )
+
+
+#: The names a Keras custom-gradient decorator is written from (`@keras.ops.custom_gradient`, `@ops.custom_gradient`).
+_KERAS_ROOTS = frozenset({"keras", "ops", "K"})
+
+
+def _root(decorator: ast.expr) -> str:
+    """The name a decorator's expression starts from (`tf` of `@tf.custom_gradient`)."""
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _last_name(decorator: ast.expr) -> str:
+    """The last name of a decorator's expression (`custom_gradient` of `@tf.custom_gradient`)."""
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def _is_custom_gradient(decorator: ast.expr) -> bool:
+    return _last_name(decorator) == "custom_gradient"
+
+
+def _op_shaped(node: ast.FunctionDef) -> bool:
+    """A def that is a custom-gradient op: it carries the decorator, or returns a gradient function."""
+    return any(_is_custom_gradient(decorator) for decorator in node.decorator_list) or _returns_gradient(node)
+
+
+def _own_nodes(node: ast.FunctionDef) -> list[ast.AST]:
+    """The nodes of a def's body, not those of the functions and classes defined in it (those themselves are)."""
+    found: list[ast.AST] = []
+    pending: list[ast.AST] = list(node.body)
+    while pending:
+        child = pending.pop()
+        found.append(child)
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(child))
+    return found
+
+
+def _returns_gradient(node: ast.FunctionDef) -> bool:
+    """Whether a def returns `(outputs, grad)` with `grad` a function it defines or a lambda."""
+    own = _own_nodes(node)
+    defined = {child.name for child in own if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined |= {
+        target.id
+        for child in own
+        if isinstance(child, ast.Assign) and isinstance(child.value, ast.Lambda)
+        for target in child.targets
+        if isinstance(target, ast.Name)
+    }
+    for child in own:
+        if isinstance(child, ast.Return) and isinstance(child.value, ast.Tuple) and len(child.value.elts) >= 2:
+            last = child.value.elts[-1]
+            if isinstance(last, ast.Lambda) or (isinstance(last, ast.Name) and last.id in defined):
+                return True
+    return False
+
+
+def _gradient_shaped(node: ast.FunctionDef) -> bool:
+    """Whether a def looks like an op rather than a wrapper of ops: it returns a gradient function, defines a
+    function or lambda of its own, or returns a tuple (an op that returns a wrong structure is still an op)."""
+    own = _own_nodes(node)
+    return _returns_gradient(node) or any(
+        isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        or (isinstance(child, ast.Return) and isinstance(child.value, ast.Tuple))
+        for child in own
+    )
+
+
+def _called_names(node: ast.FunctionDef) -> set[str]:
+    """The plain names a def calls in its own body (`grad_reverse` of `return grad_reverse(x)`)."""
+    return {
+        child.func.id for child in _own_nodes(node) if isinstance(child, ast.Call) and isinstance(child.func, ast.Name)
+    }
 
 
 def _compile_body_form(cell: Cell, target: str) -> CompiledCell:
@@ -153,10 +277,11 @@ def _compile_body_form(cell: Cell, target: str) -> CompiledCell:
         raise _signature_error(cell, target, "expected `name(params)`", None)
     _shift_columns(function, cell.magic_line.find(target) - len("def "))
     function.body = _parse_body(cell).body
+    function.decorator_list.append(ast.copy_location(ast.Name(HOOK, ast.Load()), function))
+    ast.fix_missing_locations(function)
     if not function.body:
         raise CellError(f"The cell is empty: write the body of `{function.name}`, ending with `return outputs, grad`.")
-    module = ast.Module(body=[function], type_ignores=[])
-    return CompiledCell(function.name, "body", compile(module, cell.filename, "exec"))
+    return CompiledCell(function.name, "body", _compiled([function], cell.filename))
 
 
 def _signature_error(cell: Cell, target: str, message: str, offset: int | None) -> SyntaxError:
@@ -177,27 +302,37 @@ def _shift_columns(function: ast.FunctionDef, shift: int) -> None:
             node.end_col_offset += shift
 
 
-def run_compiled_cell(compiled: CompiledCell, namespace: dict) -> types.FunctionType:
-    """Run the compiled cell in `namespace` and return the function it defined.
+def run_compiled_cell(compiled: CompiledCell, namespace: dict, hook: Callable | None = None) -> object:
+    """Run the cell's statements up to and including its definition in `namespace`, the magic's decorator bound as
+    `HOOK` to `hook` (none: the function is left as it is), and return what the definition bound.
 
     Exceptions from the user's code propagate unchanged, with their traceback
     in the cell's lines.
     """
     __tracebackhide__ = True
-    exec(compiled.code, namespace)
-    function = namespace.get(compiled.name)
-    if not isinstance(function, types.FunctionType) and compiled.decorators:
-        written, line = compiled.decorators[0]
+    namespace[HOOK] = hook or _unchanged
+    try:
+        exec(compiled.code, namespace)
+    finally:
+        namespace.pop(HOOK, None)
+    return namespace.get(compiled.name)
+
+
+def run_rest(compiled: CompiledCell, namespace: dict, bound: object) -> None:
+    """Run the cell's statements after its definition (its demo lines), which see the op bound; CellError where they
+    rebind its name."""
+    __tracebackhide__ = True
+    if compiled.after is None:
+        return
+    exec(compiled.after, namespace)
+    if namespace.get(compiled.name) is not bound:
         raise CellError(
-            f"`{compiled.name}` is decorated with `@{written}` (cell line {line}), which made it a "
-            f"{type(function).__name__}, not a function; remove the decorator: the magic needs the plain function, "
-            "which returns `(outputs, grad)`, to make the custom-gradient op."
+            f"After the cell ran, `{compiled.name}` is a {type(namespace.get(compiled.name)).__name__}, not what the "
+            "cell defines: a later statement in the cell rebinds that name."
         )
-    if not isinstance(function, types.FunctionType):
-        raise CellError(
-            f"After the cell ran, `{compiled.name}` is a {type(function).__name__}, not the function the cell "
-            "defines: a later statement in the cell rebinds that name."
-        )
+
+
+def _unchanged(function: Callable) -> Callable:
     return function
 
 

@@ -156,5 +156,5 @@ def op(x):
 
 def test_cell_rebinding_the_op_name_is_refused(nb, previous_op):
     run = nb.fails("%%custom_gradient\ndef op(x):\n    return x, None\nop = 42", UsageError)
-    assert "`op` is a int, not the function the cell defines" in run.stderr
+    assert "`op` is a int, not what the cell defines: a later statement in the cell rebinds that name" in run.stderr
     assert_unchanged(nb, previous_op)

@@ -37,6 +37,9 @@ def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> CheckInputs | No
     for name, leaf, meta in zip(names, leaves, inputs.metas):
         run.findings.rows.append(TensorRow("input", name, meta.shape, meta.dtype))
         run.findings.inputs.append(CheckedInput(name, meta.dtype, meta.shape, *value_range(adapter, leaf)))
+    for name, value in kwargs.items():  # a Python number given by keyword: the op gets it as it is
+        if type(value) in (int, bool, float):
+            run.findings.inputs.append(CheckedInput(name, f"Python {type(value).__name__}", (), value, value))
     return inputs
 
 

@@ -78,6 +78,16 @@ def _nothing_to_compare(run: CheckRun) -> str | None:
             return "complex outputs: gradmagic compares the gradients of real outputs only"
         if any(meta.floating for meta in trial):
             return "the floating outputs have no elements"
+        if run.target.origin != "composite":
+            dtypes = ", ".join(sorted({meta.dtype for meta in trial}))
+            run.findings.add(
+                "dead-gradient",
+                "info",
+                f"`{run.findings.name}` returns only {dtypes} outputs: no gradient flows through an integer, boolean "
+                f"or string output in training (casting one to a float has no gradient), so its gradient function "
+                "is never called there, and nothing here checks it. If it is meant to pass a gradient (a "
+                "straight-through estimator), return a float output (cast to the input's float).",
+            )
         return "no floating output: integer, boolean and string outputs have no gradient"
     return None
 

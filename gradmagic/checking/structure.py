@@ -55,7 +55,10 @@ def check_structure(run: CheckRun, inputs: CheckInputs) -> Trial | None:
         return None
     result, variables = forward.result, forward.variables
     variable_metas = [tensor_meta(adapter, v) for v in variables]
-    variable_names = _distinct([meta.name or "variable" for meta in variable_metas])
+    in_code = _names_in_code(target.raw, variables)
+    variable_names = _distinct(
+        [in_code.get(id(v)) or meta.name or "variable" for v, meta in zip(variables, variable_metas)]
+    )
     if _nonfinite_inputs(run, "variable", variable_names, variable_metas, variables):
         return None
     composite = target.origin == "composite" or (target.origin == "plain" and not _attempts_pair(result))
@@ -567,6 +570,33 @@ def _kin_hint(run: CheckRun) -> None:
             run.findings.add("framework-hint", "info", sentence.format(op=run.findings.name, modules=modules))
 
 
+def _names_in_code(function: Any, variables: list) -> dict[int, str]:
+    """The names the op's code reads each variable under (a notebook's `w`, a closure's `bias`), by the variable's
+    id: what the user calls it, where the framework's own name is a default (`Variable`)."""
+    function, _ = unwrapped(function)
+    code = getattr(function, "__code__", None)
+    if code is None or not variables:
+        return {}
+    wanted = {id(v) for v in variables}
+    found: dict[int, str] = {}
+    cells = zip(code.co_freevars, getattr(function, "__closure__", None) or ())
+    scope = [(name, cell.cell_contents) for name, cell in cells if _filled(cell)]
+    namespace = getattr(function, "__globals__", {})
+    scope += [(name, namespace[name]) for name in sorted(code_names(code)) if name in namespace]
+    for name, value in scope:
+        if id(value) in wanted and id(value) not in found:
+            found[id(value)] = name
+    return found
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure's variable not assigned yet
+        return False
+    return True
+
+
 def _returns_outputs_and_grad(run: CheckRun, result: Any) -> bool:
     target, findings = run.target, run.findings
     if isinstance(result, (tuple, list)) and len(result) == 2 and callable(result[1]):
@@ -606,7 +636,8 @@ def _check_gradient(
     kind: TensorRole = "downstream" if role == "input" else "variable-gradient"
     wording = findings.wording
     if gradient is None:
-        findings.rows.append(TensorRow(kind, f"d{name}", None, None, meta.shape, meta.dtype, meta.floating is False))
+        # No mismatch of shapes: what a None gradient means (zero, right or wrong) is the problem's to say, once.
+        findings.rows.append(TensorRow(kind, f"d{name}", None, None, meta.shape, meta.dtype, True))
         if meta.floating:
             findings.add(
                 "none-gradient",

@@ -353,6 +353,14 @@ class Adapter(abc.ABC):
         decorated = cache.get(key) or cache.setdefault(key, self.decorate(raw))
         return self._target(raw, decorated, "plain")
 
+    def is_op(self, value: Any) -> bool:
+        """Whether `value` is a custom-gradient op of this framework: one gradmagic made, or one decorated by hand
+        (also under the framework's compiled-function wrapper)."""
+        try:
+            return function_of(value) is not None or self._unwrap(value) is not None
+        except Exception:  # an object of the user's whose attributes raise: no op
+            return False
+
     def by_reference(self, value: Any) -> bool:
         """Whether `value` is one of the framework's values that an op reads the same while it is the same object:
         an immutable tensor, or a variable (read when the op runs, by reference when it is traced)."""
@@ -534,7 +542,19 @@ def _named(op: Callable) -> Callable:
     function.__name__ = function.__qualname__ = _name_of(op)
     function._gradmagic_wraps = op  # type: ignore[attr-defined]  # a function's attributes are open; mypy knows its own
     try:
-        function.__signature__ = inspect.signature(op)  # type: ignore[attr-defined]  # read by inspect.signature
+        function.__signature__ = call_signature(op)  # type: ignore[attr-defined]  # read by inspect.signature
     except (TypeError, ValueError):
         pass
     return function
+
+
+def call_signature(op: Any) -> inspect.Signature:
+    """The signature `op` is called with: a Keras layer's `call`'s (its `__call__` takes `*args, **kwargs` and hands
+    them on), else `op`'s own. Raises TypeError or ValueError as `inspect.signature` does."""
+    call = getattr(op, "call", None)
+    if not inspect.isfunction(op) and not inspect.ismethod(op) and inspect.ismethod(call):
+        own = inspect.signature(op)
+        if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in own.parameters.values()):
+            return inspect.signature(call)
+        return own
+    return inspect.signature(op)
