@@ -8,6 +8,7 @@ closed-over variables, `keras.ops.custom_gradient`'s docstring example, and a `t
 """
 
 import tensorflow as tf
+from conftest import problem
 from IPython.core.error import UsageError
 
 from gradmagic.frameworks.cache import function_of
@@ -204,3 +205,36 @@ def test_a_cell_with_a_helper_and_an_op_picks_the_op(nb):
 def test_two_ops_in_a_cell_are_listed_with_the_way_to_pick_one(nb):
     run = nb.fails("%%custom_gradient\n" + REVERSAL + "\n" + REVERSAL.replace("grad_reverse", "other"), UsageError)
     assert "2 custom-gradient ops (grad_reverse, other)" in said(run) and "%%custom_gradient other" in said(run)
+
+
+def test_a_pasted_cell_in_a_real_kernel(kernel):
+    """The same in a Jupyter kernel: a decorated op under `@tf.function` with its layer class and demo lines."""
+    from conftest import run
+
+    _, client = kernel
+    assert run(client, "%load_ext gradmagic\nimport tensorflow as tf")["status"] == "ok"
+    pasted = run(
+        client,
+        "%%custom_gradient --check x=tf.constant([1., -2.])\n@tf.function\n" + REVERSAL + "\n"
+        "class GradientReversal(tf.keras.layers.Layer):\n"
+        "    def call(self, x):\n"
+        "        return grad_reverse(x)\n\n"
+        "print('demo', GradientReversal()(tf.constant([3.])).numpy().tolist())\n",
+    )
+    shown = " ".join(pasted["shown"].split())
+    assert pasted["status"] == "ok" and "demo [3.0]" in shown, shown
+    assert "grad_reverse(x) fails" in shown and "bound as written" in shown, shown
+
+
+def test_a_none_gradient_has_one_verdict_and_one_wording_in_both_modes():
+    import gradmagic
+
+    def op(x, y):  # y does not enter the output: None, taken as zero, is right
+        return x * 2.0, lambda dy: (dy * 2.0, None)
+
+    for size in (3, 5000):  # full mode, projection mode
+        ones = tf.ones([size])
+        report = gradmagic.check(tf.custom_gradient(op), ones, ones)
+        found = problem(report, "none-gradient")
+        assert report.verdict == "pass" and found.severity == "info" and "None is right" in found.message, report
+        assert all(row.matches for row in report.tensors), report.tensors  # no shape MISMATCH beside it

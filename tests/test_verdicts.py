@@ -187,6 +187,21 @@ def test_variables_of_the_same_name_are_told_apart():
 
     report = gradmagic.check(scaled, tf.constant([1.0, 2.0]))
     rows = [(row.name, row.shape) for row in report.tensors if row.role == "variable"]
+    assert rows == [("first", (2,)), ("second", (3,))]  # as the code names them (issue 31)
+    assert problem(report, "fd-mismatch").location.input == "second"
+
+    held = [first, second]  # reached through a list: no name of the code's, TensorFlow's told apart
+
+    def listed(x):
+        y = x * held[0] + tf.reduce_sum(held[1])
+
+        def grad(upstream, variables=None):
+            return upstream * held[0], [upstream * x, tf.ones([3]) * tf.reduce_sum(upstream) * 1.5]
+
+        return y, grad
+
+    report = gradmagic.check(listed, tf.constant([1.0, 2.0]))
+    rows = [(row.name, row.shape) for row in report.tensors if row.role == "variable"]
     assert rows == [("Variable#1", (2,)), ("Variable#2", (3,))]
     assert problem(report, "fd-mismatch").location.input == "Variable#2"
 

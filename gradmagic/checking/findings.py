@@ -6,7 +6,7 @@ run; the Report is made from it at the end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gradmagic.frameworks.wording import Wording
@@ -39,6 +39,22 @@ class Findings:
     @property
     def failed(self) -> bool:
         return any(problem.severity == "error" for problem in self.problems)
+
+    def confirm_none_gradients(self, names: set[str], evidence: str) -> None:
+        """The `none-gradient` warnings of these inputs become infos: the numbers show the outputs do not depend on
+        them (`evidence` says how), so None, which the framework takes as zero, is right. One verdict and one
+        wording for a None gradient wherever the numbers confirm it (full mode element by element, projection mode
+        along its probes)."""
+        for position, found in enumerate(self.problems):
+            name = found.location.input if found.location is not None else None
+            if found.code != "none-gradient" or found.severity != "warning" or name not in names:
+                continue
+            self.problems[position] = replace(
+                found,
+                severity="info",
+                message=f"{found.message.split(':')[0]}, and the outputs do not depend on it here ({evidence}): None "
+                "is right.",
+            )
 
 
 def listing(names: list[str]) -> str:

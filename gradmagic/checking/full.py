@@ -10,8 +10,6 @@ step sizes sits on a non-differentiable point and is left out.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from gradmagic.checking import low_precision, precision, resolution, surrogate
@@ -191,22 +189,12 @@ def _kinks(run: CheckRun, layout: Layout, z, steps, center, plus, minus, candida
 def _confirm_none_gradients(findings: Findings, columns: Axis, numerical_t, tolerance_t, judged_t) -> None:
     """A None gradient for an input the outputs do not depend on (finite differences zero at every judged element,
     as for a hyper-parameter of an identity forward) is right: its `none-gradient` warning becomes an info."""
-    for position, found in enumerate(findings.problems):
-        name = found.location.input if found.location is not None else None
-        if found.code != "none-gradient" or found.severity != "warning" or name not in columns.names:
-            continue
-        part = columns.names.index(name)
-        start, stop = columns.offsets[part], columns.offsets[part + 1]
+    confirmed = set()
+    for name, start, stop in zip(columns.names, columns.offsets, columns.offsets[1:]):
         compared = judged_t[start:stop]
-        if not compared.all() or (np.abs(numerical_t[start:stop]) > tolerance_t[start:stop]).any():
-            continue
-        message = found.message.split(":")[0]
-        findings.problems[position] = dataclasses.replace(
-            found,
-            severity="info",
-            message=f"{message}, and the outputs do not depend on it here (its finite differences are zero): None "
-            "is right.",
-        )
+        if compared.all() and not (np.abs(numerical_t[start:stop]) > tolerance_t[start:stop]).any():
+            confirmed.add(name)
+    findings.confirm_none_gradients(confirmed, "its finite differences are zero")
 
 
 def _report_kinks(

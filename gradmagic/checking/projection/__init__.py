@@ -164,6 +164,10 @@ def _passed(
             report_mismatch(run, prober, mismatch, evidence)
             max_error = max(max_error, judge.worst_error)
     if not located:
+        if detection.judgeable and not judge.unmeasured:  # the probes saw the None gradients' zeros right
+            run.findings.confirm_none_gradients(
+                set(run.columns.names), "the finite differences along every probe agree"
+            )
         if options.surrogate and detection.judgeable and not judge.unmeasured:
             surrogate.report_declared_match(run.findings)
         dtype = run.precision(layout)
