@@ -59,6 +59,9 @@ def test_tf_function_over_tf_custom_gradient_stays_compiled_and_is_checked(nb):
     assert hasattr(nb.ns["grad_reverse"], "python_function")
     assert "fd-mismatch" in said(run) and "gradient reversal" in said(run), run.stdout
     assert "(`@tf.function`, `@tf.custom_gradient`, cell lines 2, 3): bound as written" in said(run)
+    # Checked again once the tf.function has traced (AutoGraph then wraps the op's function): still the cell's line.
+    again = nb.ok("%gradcheck grad_reverse")
+    assert "autograph" not in said(again) and "Cell In[" in said(again), again.stdout
 
 
 def test_the_docstrings_clip_gradients_under_jit_compile(nb):

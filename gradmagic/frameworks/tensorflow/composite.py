@@ -11,8 +11,10 @@ by ones that note the user's function and call through, or call the user's funct
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Callable, Iterator
 
+import tensorflow as tf
 from tensorflow.python.ops import custom_gradient as _tf_custom_gradient
 
 _DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
@@ -34,8 +36,24 @@ def unwrap(op: Any) -> tuple[Callable, str] | None:
     if decorator is None or not is_custom_gradient_op(op):
         return None
     if decorator.decorator_name in ("custom_gradient", "__get__"):  # "__get__": a method, bound to its object
-        return decorator.decorated_target, "decorated"
+        return _users(decorator.decorated_target), "decorated"
     return op, "composite"  # tf.recompute_grad and the like: a custom gradient built from the function's autodiff
+
+
+def _users(function: Callable) -> Callable:
+    """The user's function behind AutoGraph's wrappers: once a `tf.function` over a `tf.custom_gradient` op has
+    traced, the op's decorated target is AutoGraph's converted call, its original under `__wrapped__`."""
+    for _ in range(8):
+        code = getattr(function, "__code__", None)
+        inner = getattr(function, "__wrapped__", None)
+        if code is None or inner is None or not code.co_filename.startswith(_TENSORFLOW_FILES):
+            return function
+        function = inner
+    return function
+
+
+#: Where TensorFlow's own modules lie.
+_TENSORFLOW_FILES = os.path.dirname(os.path.abspath(tf.__file__)) + os.sep
 
 
 def _describe(function: Callable) -> str:
