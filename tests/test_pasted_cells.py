@@ -241,3 +241,15 @@ def test_a_none_gradient_has_one_verdict_and_one_wording_in_both_modes():
         found = problem(report, "none-gradient")
         assert report.verdict == "pass" and found.severity == "info" and "None is right" in found.message, report
         assert all(row.matches for row in report.tensors), report.tensors  # no shape MISMATCH beside it
+
+
+def test_a_python_int_an_op_decorated_by_hand_gets_as_a_tensor_is_explained():
+    import gradmagic
+
+    @tf.custom_gradient
+    def quantize(x, bits):
+        scale = 2.0**bits
+        return tf.round(x * scale) / scale, lambda u: u
+
+    found = problem(gradmagic.check(quantize, tf.constant([0.3, -1.0]), 8), "forward-error")
+    assert "`bits` (the Python int 8) as a tensor" in found.message and "make it a keyword" in found.message

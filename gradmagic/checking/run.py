@@ -45,6 +45,8 @@ class CheckInputs:
     leaves: list
     names: list[str]
     metas: list[TensorMeta]
+    #: The positional arguments given as Python ints or bools, by name, with their values: made tensors here.
+    from_python: dict = field(default_factory=dict)
 
 
 @dataclass

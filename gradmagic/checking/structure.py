@@ -46,12 +46,18 @@ def check_structure(run: CheckRun, inputs: CheckInputs) -> Trial | None:
         findings.add(found.code, "error", found.message, line=error_line(found, target, findings.wording))
         return None
     except (Exception, SystemExit) as error:  # the user's forward: any exception (sys.exit() too) is a finding
-        findings.add(
-            "forward-error",
-            "error",
-            _raised("forward", findings, error),
-            line=error_line(error, target, findings.wording),
-        )
+        message = _raised("forward", findings, error)
+        if inputs.from_python:
+            given = ", ".join(
+                f"`{name}` (the Python {type(value).__name__} {value})" for name, value in inputs.from_python.items()
+            )
+            message += (
+                f" The check passed {given} as a tensor, as every positional input (and as "
+                f"{findings.wording.decorator} does {findings.wording.compiled}): if the op needs a Python number "
+                "there, make it a keyword or "
+                "a default of the op's signature, or convert it in the op (a cast to the float it computes in)."
+            )
+        findings.add("forward-error", "error", message, line=error_line(error, target, findings.wording))
         return None
     result, variables = forward.result, forward.variables
     variable_metas = [tensor_meta(adapter, v) for v in variables]
