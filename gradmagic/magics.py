@@ -26,7 +26,7 @@ from gradmagic import frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, interrupts_in_user_frames
-from gradmagic.frameworks.base import call_signature
+from gradmagic.frameworks.base import call_signature, is_op
 from gradmagic.frameworks.cache import function_of
 from gradmagic.magic_line import is_example_input, split_words
 from gradmagic.op import OpInfo, attach, info_of
@@ -338,7 +338,7 @@ class GradientMagics(Magics):
         made: dict = {}
 
         def hook(function):
-            called = [name for name in sorted(compiled.calls) if adapter.is_op(function.__globals__.get(name))]
+            called = [name for name in sorted(compiled.calls) if is_op(adapter, function.__globals__.get(name))]
             if not compiled.gradient_shaped and called:  # a wrapper of custom-gradient ops: checked as it is
                 made["wrapper"] = called
                 return function
@@ -698,7 +698,7 @@ def _definition_note(compiled: source.CompiledCell, bound: object, adapter, made
     if compiled.kind == "class":
         return None
     if compiled.kind == "decorated":
-        if not adapter.is_op(bound):
+        if not is_op(adapter, bound):
             raise GradmagicError(
                 f"`{name}` is decorated with {written} ({where}), which made it a {type(bound).__name__} that is no "
                 f"{adapter.decorator} op; write its decorators as in a plain cell, the custom-gradient one innermost."

@@ -353,14 +353,6 @@ class Adapter(abc.ABC):
         decorated = cache.get(key) or cache.setdefault(key, self.decorate(raw))
         return self._target(raw, decorated, "plain")
 
-    def is_op(self, value: Any) -> bool:
-        """Whether `value` is a custom-gradient op of this framework: one gradmagic made, or one decorated by hand
-        (also under the framework's compiled-function wrapper)."""
-        try:
-            return function_of(value) is not None or self._unwrap(value) is not None
-        except Exception:  # an object of the user's whose attributes raise: no op
-            return False
-
     def by_reference(self, value: Any) -> bool:
         """Whether `value` is one of the framework's values that an op reads the same while it is the same object:
         an immutable tensor, or a variable (read when the op runs, by reference when it is traced)."""
@@ -546,6 +538,15 @@ def _named(op: Callable) -> Callable:
     except (TypeError, ValueError):
         pass
     return function
+
+
+def is_op(adapter: Adapter, value: Any) -> bool:
+    """Whether `value` is a custom-gradient op of `adapter`'s framework: one gradmagic made, or one decorated by hand
+    (also under the framework's compiled-function wrapper)."""
+    try:
+        return function_of(value) is not None or adapter._unwrap(value) is not None
+    except Exception:  # an object of the user's whose attributes raise: no op
+        return False
 
 
 def call_signature(op: Any) -> inspect.Signature:
