@@ -18,7 +18,6 @@ from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, InputError, interrupts_in_user_frames
 from gradmagic.frameworks import get_adapter
-from gradmagic.frameworks.base import call_signature
 from gradmagic.magic_line import split_words
 from gradmagic.notebook import contexts, display
 from gradmagic.notebook.kernel import source_label, user_namespace
@@ -51,7 +50,6 @@ class CheckContext:
     def run(self, args: list, kwargs: dict, progress: Callable[[float, str], None] | None = None) -> Report:
         """Check the op at these inputs (on the other Keras backends too, if asked); remember this context."""
         step = progress or (lambda fraction, phase: None)
-        args, kwargs = self._scalars_kept(args, kwargs)
         report = checking.check(self.op, tuple(args), kwargs, self.options, step, name_source=source_label)
         if self.options.backends:
             step(0.9, "other backends")
@@ -63,18 +61,6 @@ class CheckContext:
             report = dataclasses.replace(report, problems=(noted, *report.problems))
         contexts.remember(report, self)
         return report
-
-    def _scalars_kept(self, args: list, kwargs: dict) -> tuple[list, dict]:
-        """Trailing Python ints and bools as keywords (`inputs.python_scalars_by_keyword`), so that they reach the
-        op as a plain call passes them; not for an op decorated by hand, whose decorator refuses keywords where the
-        check compiles it (`tf.custom_gradient` inside `tf.function`)."""
-        adapter = get_adapter(self.options.framework)
-        try:
-            signature = call_signature(self.op)
-            decorated = adapter.resolve(self.op).origin == "decorated"
-        except Exception:  # a signature that cannot be read, an op that cannot be resolved: the check says so
-            return args, kwargs
-        return (args, kwargs) if decorated else example_inputs.python_scalars_by_keyword(signature, args, kwargs)
 
     def _typed(self, inputs: tuple[CheckedInput, ...]) -> tuple[CheckedInput, ...]:
         """The inputs the check ran at, each with the expression it was typed as (an argument's leaves, `pair[0]`,

@@ -116,20 +116,3 @@ def bind(signature: inspect.Signature, values: dict[str, object]) -> tuple[list,
     kwargs.update({name: value for name, value in values.items() if name not in signature.parameters})
     return args, kwargs
 
-
-def python_scalars_by_keyword(
-    signature: inspect.Signature | None, args: list, kwargs: dict
-) -> tuple[list, dict]:
-    """The trailing positional arguments that are Python ints or bools (a bit count, a flag) moved to keywords: a
-    plain call keeps them Python values, while the check makes every positional input a tensor (`2.0 ** bits` then
-    fails on an int32 tensor). Each must be for a parameter that can be passed by keyword."""
-    if signature is None:
-        return args, kwargs
-    positional = [p for p in signature.parameters.values() if p.kind in _POSITIONAL]
-    args, kwargs = list(args), dict(kwargs)
-    while args and len(args) <= len(positional):
-        parameter, value = positional[len(args) - 1], args[-1]
-        if type(value) not in (int, bool) or parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
-            break
-        kwargs[parameter.name] = args.pop()
-    return args, kwargs

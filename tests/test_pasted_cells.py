@@ -121,16 +121,25 @@ def test_a_class_that_needs_arguments_says_how_to_check_it(nb):
     assert "Scaled" not in nb.ns
 
 
-def test_a_python_int_argument_stays_a_python_int(nb):
-    run = nb.ok(
-        "%%custom_gradient --check x=tf.constant([0.3, -1.0]) --check bits=8 --surrogate\n"
+def test_a_python_int_argument_reaches_the_forward_as_a_python_int(nb):
+    quantiser = (
         "def quantize(x, bits):\n"
         "    scale = 2.0 ** bits\n"
         "    def grad(u):\n"
-        "        return u\n"
+        "        return u, None\n"
         "    return tf.round(x * scale) / scale, grad\n"
     )
-    assert "forward-error" not in said(run) and "bits=8 (Python int scalar, 8)" in said(run), run.stdout
+    run = nb.ok("%%custom_gradient --check x=tf.constant([0.3, -1.0]) --check bits=8 --surrogate\n" + quantiser)
+    # Eagerly the forward gets 8, as a plain call passes it (no "Cannot convert 2.0 to EagerTensor of dtype int32");
+    # inside tf.function TensorFlow makes it a tensor, and the report says that and the fix.
+    assert "forward-error" not in said(run) and "bits=8 (int32 scalar, 8)" in said(run), run.stdout
+    assert "graph-mismatch" in said(run) and "`bits` (the Python int 8) reached the op as a tensor" in said(run)
+    assert "make the parameter keyword-only" in said(run)
+    fixed = nb.ok(
+        "%%custom_gradient --check x=tf.constant([0.3, -1.0]) --check bits=8 --surrogate\n"
+        + quantiser.replace("(x, bits)", "(x, *, bits)").replace("return u, None", "return u")
+    )
+    assert "graph-mismatch" not in said(fixed) and "bits=8 (Python int scalar, 8)" in said(fixed), fixed.stdout
 
 
 def test_closed_over_variables_are_named_as_the_notebook_names_them(nb):
@@ -249,7 +258,7 @@ def test_a_python_int_an_op_decorated_by_hand_gets_as_a_tensor_is_explained():
     @tf.custom_gradient
     def quantize(x, bits):
         scale = 2.0**bits
-        return tf.round(x * scale) / scale, lambda u: u
+        return tf.round(x * scale) / scale, lambda u: (u, None)
 
-    found = problem(gradmagic.check(quantize, tf.constant([0.3, -1.0]), 8), "forward-error")
-    assert "`bits` (the Python int 8) as a tensor" in found.message and "make it a keyword" in found.message
+    found = problem(gradmagic.check(quantize, tf.constant([0.3, -1.0]), 8), "graph-mismatch")
+    assert "`bits` (the Python int 8) reached the op as a tensor" in found.message, found.message

@@ -33,7 +33,7 @@ def prepare_inputs(run: CheckRun, args: tuple, kwargs: dict) -> CheckInputs | No
         )
         return None
     leaves, _ = adapter.flatten(structure)
-    from_python = {name: arg for name, arg in zip(names, args) if type(arg) in (int, bool)}
+    from_python = {k: (name, arg) for k, (name, arg) in enumerate(zip(names, args)) if type(arg) in (int, bool)}
     inputs = CheckInputs(structure, kwargs, leaves, names, [tensor_meta(adapter, leaf) for leaf in leaves], from_python)
     for name, leaf, meta in zip(names, leaves, inputs.metas):
         run.findings.rows.append(TensorRow("input", name, meta.shape, meta.dtype))

@@ -16,7 +16,7 @@ from gradmagic.checking.differences import EPSILONS, Axis, coarser, machine_epsi
 from gradmagic.checking.findings import listing
 from gradmagic.checking.linearity import Linearity
 from gradmagic.checking.run import CheckRun, CompiledDifference, Evidence, OpFailed, OwnPrecision, Traced, flat_upstream
-from gradmagic.checking.structure import direct_call, shape_advice
+from gradmagic.checking.structure import direct_call, python_numbers_hint, shape_advice
 from gradmagic.frameworks.base import Layout, RawGraph, Vjps
 from gradmagic.report import Surrogate, element_label
 
@@ -154,7 +154,8 @@ def report_compiled_failure(run: CheckRun, error: Exception) -> None:
         "graph-mismatch",
         "error",
         f"`{findings.name}` works {wording.direct} but taking its gradient {wording.compiled} fails: "
-        f"{type(error).__name__}{': ' + cause.rstrip('.') if cause else ''}. {advice}".rstrip(),
+        f"{type(error).__name__}{': ' + cause.rstrip('.') if cause else ''}. {advice}".rstrip()
+        + python_numbers_hint(run.inputs, findings),
     )
 
 

@@ -10,6 +10,7 @@ from gradmagic.checking.full import compare_full
 from gradmagic.checking.projection import compare_projected
 from gradmagic.checking.run import CheckRun, Evidence, OpFailed
 from gradmagic.checking.second_order import compare_second_order
+from gradmagic.checking.structure import python_numbers_hint
 from gradmagic.checking.sweep import sweep_along
 from gradmagic.frameworks.base import Layout
 from gradmagic.report import Numerics, Sweep
@@ -39,7 +40,8 @@ def compare_numbers(run: CheckRun, evidence: Evidence) -> tuple[Numerics, Sweep 
             "fd-error",
             "error",
             f"Evaluating `{findings.name}` for the finite differences (at inputs perturbed by a tiny step, "
-            f"{findings.wording.compiled}) raised {type(error).__name__}: {findings.wording.cause(error)}",
+            f"{findings.wording.compiled}) raised {type(error).__name__}: {findings.wording.cause(error)}"
+            + python_numbers_hint(run.inputs, findings),
         )
         return Numerics(mode="skipped", skipped_because="the op failed at perturbed inputs"), None
     if not (full and options.sweep):

@@ -45,8 +45,14 @@ class CheckInputs:
     leaves: list
     names: list[str]
     metas: list[TensorMeta]
-    #: The positional arguments given as Python ints or bools, by name, with their values: made tensors here.
+    #: The positional arguments given as Python ints or bools, by position, with their names and values: the op's
+    #: own eager call gets them as they are (as a plain call passes them), the compiled ones as tensors.
     from_python: dict = field(default_factory=dict)
+
+    @property
+    def as_given(self) -> tuple:
+        """The positional arguments for a plain eager call: tensors, the Python numbers as given."""
+        return tuple(self.from_python[k][1] if k in self.from_python else arg for k, arg in enumerate(self.structure))
 
 
 @dataclass

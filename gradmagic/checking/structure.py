@@ -41,22 +41,12 @@ def check_structure(run: CheckRun, inputs: CheckInputs) -> Trial | None:
     if _nonfinite_inputs(run, "input", inputs.names, inputs.metas, inputs.leaves):
         return None
     try:
-        forward = adapter.run_forward(lambda: target.raw(*inputs.structure, **inputs.kwargs), exclude=inputs.leaves)
+        forward = adapter.run_forward(lambda: target.raw(*inputs.as_given, **inputs.kwargs), exclude=inputs.leaves)
     except OpProblem as found:  # a mistake the framework reports far away, or not at all, found by the adapter
         findings.add(found.code, "error", found.message, line=error_line(found, target, findings.wording))
         return None
     except (Exception, SystemExit) as error:  # the user's forward: any exception (sys.exit() too) is a finding
-        message = _raised("forward", findings, error)
-        if inputs.from_python:
-            given = ", ".join(
-                f"`{name}` (the Python {type(value).__name__} {value})" for name, value in inputs.from_python.items()
-            )
-            message += (
-                f" The check passed {given} as a tensor, as every positional input (and as "
-                f"{findings.wording.decorator} does {findings.wording.compiled}): if the op needs a Python number "
-                "there, make it a keyword or "
-                "a default of the op's signature, or convert it in the op (a cast to the float it computes in)."
-            )
+        message = _raised("forward", findings, error) + python_numbers_hint(inputs, findings)
         findings.add("forward-error", "error", message, line=error_line(error, target, findings.wording))
         return None
     result, variables = forward.result, forward.variables
@@ -149,7 +139,9 @@ def direct_call(run: CheckRun, layout: Layout, upstreams: list) -> tuple[list, l
     when the forward and the gradient function are called directly at `layout`, as the structure checks call them
     (which found them well-formed)."""
     adapter, target = run.adapter, run.target
-    forward = adapter.run_forward(lambda: target.raw(*layout.structure, **layout.kwargs), exclude=list(layout.inputs))
+    given = run.inputs.from_python  # Python numbers as given, as the structure checks pass them
+    structure = tuple(given[k][1] if k in given else arg for k, arg in enumerate(layout.structure))
+    forward = adapter.run_forward(lambda: target.raw(*structure, **layout.kwargs), exclude=list(layout.inputs))
     outputs, _ = adapter.flatten(target.outputs_of(forward.result))
     if target.origin == "composite":
         return outputs, None
@@ -574,6 +566,21 @@ def _kin_hint(run: CheckRun) -> None:
         if used:
             modules = ", ".join(sorted(used)[:3])
             run.findings.add("framework-hint", "info", sentence.format(op=run.findings.name, modules=modules))
+
+
+def python_numbers_hint(inputs: CheckInputs, findings: Findings) -> str:
+    """For an error where positional Python ints or bools became tensors (`--check bits=8`): which, and the fix."""
+    if not inputs.from_python:
+        return ""
+    given = ", ".join(
+        f"`{name}` (the Python {type(value).__name__} {value})" for name, value in inputs.from_python.values()
+    )
+    return (
+        f" {given} reached the op as {'a tensor' if len(inputs.from_python) == 1 else 'tensors'} here, as every "
+        f"positional input does {findings.wording.compiled}: if the op needs a Python number there, make the "
+        "parameter keyword-only (`def op(x, *, bits)`: keyword arguments stay Python values and get no gradient), "
+        "or convert it in the op (a cast to the float it computes in)."
+    )
 
 
 def _names_in_code(function: Any, variables: list) -> dict[int, str]:
