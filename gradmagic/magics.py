@@ -692,7 +692,7 @@ def _definition_note(compiled: source.CompiledCell, bound: object, adapter, made
     """The info that says what the magic did with a cell that is not a plain def: decorators written, a wrapper of
     ops, a class. None for the plain case."""
     name = compiled.name
-    written = ", ".join(f"`@{text}`" for text, _ in compiled.decorators)
+    written = ", ".join(f"`{text}`" if " = " in text else f"`@{text}`" for text, _ in compiled.decorators)
     lines = sorted({line for _, line in compiled.decorators})
     where = f"cell line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
     if compiled.kind == "class":
@@ -703,7 +703,8 @@ def _definition_note(compiled: source.CompiledCell, bound: object, adapter, made
                 f"`{name}` is decorated with {written} ({where}), which made it a {type(bound).__name__} that is no "
                 f"{adapter.decorator} op; write its decorators as in a plain cell, the custom-gradient one innermost."
             )
-        return f"`{name}` is decorated in the cell ({written}, {where}): bound as written, not decorated again."
+        how = "made" if " = " in written else "decorated"
+        return f"`{name}` is {how} in the cell ({written}, {where}): bound as written, not decorated again."
     if "wrapper" in made:
         return (
             f"`{name}` returns no gradient function: it calls the custom-gradient "

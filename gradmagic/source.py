@@ -133,6 +133,10 @@ def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
                 "op that returns `(outputs, grad)`. Run it as a plain cell, without %%custom_gradient."
             )
         written = [decorator for decorator in node.decorator_list if _is_custom_gradient(decorator)]
+        made = _decorating_call(tree, name)
+        if made is not None:  # `op = tf.custom_gradient(fn)` below the def: the op is what it assigns
+            node, name, written = made, made.targets[0].id, [made.value]  # type: ignore[attr-defined]
+            decorators = ((ast.unparse(made), made.lineno),)
         if written:
             kind = "decorated"
             framework = "keras" if any(_root(decorator) in _KERAS_ROOTS for decorator in written) else "tensorflow"
@@ -140,13 +144,27 @@ def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
             kind = "function"
             hook = ast.copy_location(ast.Name(HOOK, ast.Load()), node)
             node.decorator_list.append(hook)  # innermost: the op made first, the user's decorators over it
-        calls = frozenset(_called_names(node))
-        shaped = _gradient_shaped(node)
+        if isinstance(node, ast.FunctionDef):
+            calls = frozenset(_called_names(node))
+            shaped = _gradient_shaped(node)
     ast.fix_missing_locations(tree)
     position = tree.body.index(node) + 1
     code = _compiled(tree.body[:position], cell.filename)
     after = _compiled(tree.body[position:], cell.filename) if tree.body[position:] else None
     return CompiledCell(name, "definition", code, decorators, kind, after, framework, calls, shaped)
+
+
+def _decorating_call(tree: ast.Module, name: str) -> ast.Assign | None:
+    """The statement `op = tf.custom_gradient(name)` of the cell (the decorator written as a call, as in
+    `clip = tf.custom_gradient(_clip_fn)`), if it has one."""
+    for statement in tree.body:
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+            continue
+        value, assigned = statement.value, statement.targets[0]
+        if isinstance(assigned, ast.Name) and isinstance(value, ast.Call) and _is_custom_gradient(value):
+            if value.args and isinstance(value.args[0], ast.Name) and value.args[0].id == name:
+                return statement
+    return None
 
 
 def _compiled(statements: list, filename: str) -> types.CodeType:
@@ -162,9 +180,16 @@ def _chosen(tree: ast.Module, target: str | None) -> ast.FunctionDef | ast.Async
     defs = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
     named = {node.name: node for node in defs + classes}  # the last definition of a name is the one bound
+    made = {
+        found.targets[0].id: named[found.value.args[0].id]  # type: ignore[attr-defined]
+        for found in (_decorating_call(tree, name) for name in list(named))
+        if found is not None
+    }
     if target is not None:
         if not target.isidentifier():
             raise CellError(f"`{target}` is not a function name; write `%%custom_gradient NAME` or `NAME(params)`.")
+        if target in made:
+            return made[target]
         if target not in named:
             defined = ", ".join(named) or "nothing"
             raise CellError(
@@ -173,7 +198,8 @@ def _chosen(tree: ast.Module, target: str | None) -> ast.FunctionDef | ast.Async
             )
         return named[target]
     functions = [node for name, node in named.items() if not isinstance(node, ast.ClassDef)]
-    ops = [node for node in functions if isinstance(node, ast.FunctionDef) and _op_shaped(node)]
+    made_from = list(made.values())
+    ops = [node for node in functions if isinstance(node, ast.FunctionDef) and (_op_shaped(node) or node in made_from)]
     for candidates in (ops, functions, [node for node in named.values() if isinstance(node, ast.ClassDef)]):
         if len(candidates) == 1:
             return candidates[0]

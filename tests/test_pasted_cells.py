@@ -262,3 +262,22 @@ def test_a_python_int_an_op_decorated_by_hand_gets_as_a_tensor_is_explained():
 
     found = problem(gradmagic.check(quantize, tf.constant([0.3, -1.0]), 8), "graph-mismatch")
     assert "`bits` (the Python int 8) reached the op as a tensor" in found.message, found.message
+
+
+def test_the_decorator_written_as_a_call_makes_the_op_the_cell_assigns(nb):
+    """`clip = tf.custom_gradient(_clip_fn)`, as TensorFlow's own code and many repositories write it."""
+    cell = (
+        "%%custom_gradient{} --check x=tf.constant([1.0, -2.0])\n"
+        "def _clip_grad_fn(x):\n"
+        "    def grad(dy):\n"
+        "        return tf.clip_by_value(dy, -0.5, 0.5)\n"
+        "    return tf.identity(x), grad\n"
+        "clip_grad = tf.custom_gradient(_clip_grad_fn)\n"
+        "print('demo', clip_grad(tf.constant([3.0])).numpy().tolist())\n"
+    )
+    for line in ("", " clip_grad"):
+        run = nb.ok(cell.format(line))
+        assert "demo [3.0]" in said(run) and "_clip_grad_fn(x) fails" in said(run), run.stdout
+        made = "`clip_grad` is made in the cell (`clip_grad = tf.custom_gradient(_clip_grad_fn)`, cell line 6): bound"
+        assert made in said(run), run.stdout
+        assert info_of(nb.ns["clip_grad"]) is not None and info_of(nb.ns["_clip_grad_fn"]) is None
