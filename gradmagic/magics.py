@@ -22,14 +22,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from traitlets import Bool, Enum, Float, Int
 
-from gradmagic import frameworks, source
+from gradmagic import cell_op, frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, interrupts_in_user_frames
-from gradmagic.frameworks.base import call_signature, is_op
-from gradmagic.frameworks.cache import function_of
 from gradmagic.magic_line import is_example_input, split_words
-from gradmagic.op import OpInfo, attach, info_of
+from gradmagic.op import OpInfo, info_of
 from gradmagic.report import display_text
 
 #: The check options' defaults, which the `%config` traits start from.
@@ -97,22 +95,6 @@ def _op_arguments(magic):
         help="Example inputs; default: the --check inputs of the op's %%custom_gradient cell.",
     )(magic)
     return magic_arguments.argument("op", metavar="OP", help="The op: a name or expression in the notebook.")(magic)
-
-
-def _unchanged_op(previous, function, adapter):
-    """`previous` (the op the cell made when it last ran) if the cell ran again unchanged: the op keeps its traces."""
-    raw = function_of(previous)
-    info = info_of(previous)
-    if raw is None or info is None or info.framework != adapter.name or not adapter.keeps_unchanged_ops:
-        return None
-    return previous if source.unchanged_definition(raw, function, adapter.by_reference) else None
-
-
-def _new_op(function, adapter):
-    op = adapter.decorate(function)
-    if adapter.keeps_unchanged_ops:
-        source.remember_definition(function, adapter.by_reference)
-    return op
 
 
 @magics_class
@@ -299,7 +281,7 @@ class GradientMagics(Magics):
         try:
             with source.UnchangedOnFailure(namespace):
                 bound, note = self._define(compiled, namespace, adapter, previous)
-                attach_info(
+                cell_op.attach_info(
                     bound,
                     OpInfo(
                         compiled.name,
@@ -313,7 +295,7 @@ class GradientMagics(Magics):
                 )
                 self._run_rest(compiled, namespace, bound)
                 checking = run_check and bool(examples)
-                op, signature, instance_note = _checked_callable(compiled, bound, namespace, checking)
+                op, signature, instance_note = cell_op.checked_callable(compiled, bound, namespace, checking)
                 note = note or instance_note
                 if examples:
                     example_inputs.check_names(examples, signature, compiled.name)
@@ -326,7 +308,7 @@ class GradientMagics(Magics):
             raise _usage(f"{error}\n`{compiled.name}` was not (re)defined; the notebook is as before.") from None
         if arguments is None:
             if not quiet:
-                print(_defined_line(compiled, bound, signature, adapter, note))
+                print(cell_op.defined_line(compiled, bound, signature, adapter, note))
             return None
         report = self._check(op, examples, arguments, settings, "the cell's --check", note)
         return None if quiet and report.ok else report
@@ -336,18 +318,8 @@ class GradientMagics(Magics):
         under its name, and the info that says what the magic did when that is not the plain case."""
         __tracebackhide__ = True
         made: dict = {}
-
-        def hook(function):
-            called = [name for name in sorted(compiled.calls) if is_op(adapter, function.__globals__.get(name))]
-            if not compiled.gradient_shaped and called:  # a wrapper of custom-gradient ops: checked as it is
-                made["wrapper"] = called
-                return function
-            op = _unchanged_op(previous, function, adapter) or _new_op(function, adapter)
-            made["op"] = op
-            return op
-
         try:
-            bound = source.run_compiled_cell(compiled, namespace, hook)
+            bound = source.run_compiled_cell(compiled, namespace, cell_op.hook(compiled, adapter, previous, made))
         except GradmagicError:
             raise
         except BaseException as error:
@@ -357,7 +329,7 @@ class GradientMagics(Magics):
                 "the notebook's names are as they were before the cell.",
             )
             raise
-        return bound, _definition_note(compiled, bound, adapter, made)
+        return bound, cell_op.definition_note(compiled, bound, adapter, made)
 
     def _run_rest(self, compiled: source.CompiledCell, namespace: dict, bound: object) -> None:
         """The cell's statements after its definition (demo lines, a layer class), with the op bound."""
@@ -570,7 +542,7 @@ class GradientMagics(Magics):
             examples = info.example_inputs
         if not examples:
             raise GradmagicError(f"Give example inputs: `%{magic_name} {options.op} x=EXPR ...`.")
-        signature = _signature_of(op, options.op)
+        signature = cell_op.signature_of(op, options.op)
         example_inputs.check_names(examples, signature, options.op)
         with frameworks.get_adapter(info.framework if info else self.framework).example_scope():
             values = example_inputs.evaluate(examples, self.shell.user_ns)
@@ -682,89 +654,6 @@ class GradientMagics(Magics):
         return op
 
 
-def attach_info(bound: object, info: OpInfo) -> None:
-    """Record `info` on what the cell bound (an object that takes no attribute, a class with slots, goes without)."""
-    with contextlib.suppress(AttributeError, TypeError):
-        attach(bound, info)
-
-
-def _definition_note(compiled: source.CompiledCell, bound: object, adapter, made: dict) -> str | None:
-    """The info that says what the magic did with a cell that is not a plain def: decorators written, a wrapper of
-    ops, a class. None for the plain case."""
-    name = compiled.name
-    written = ", ".join(f"`{text}`" if " = " in text else f"`@{text}`" for text, _ in compiled.decorators)
-    lines = sorted({line for _, line in compiled.decorators})
-    where = f"cell line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
-    if compiled.kind == "class":
-        return None
-    if compiled.kind == "decorated":
-        if not is_op(adapter, bound):
-            raise GradmagicError(
-                f"`{name}` is decorated with {written} ({where}), which made it a {type(bound).__name__} that is no "
-                f"{adapter.decorator} op; write its decorators as in a plain cell, the custom-gradient one innermost."
-            )
-        how = "made" if " = " in written else "decorated"
-        return f"`{name}` is {how} in the cell ({written}, {where}): bound as written, not decorated again."
-    if "wrapper" in made:
-        return (
-            f"`{name}` returns no gradient function: it calls the custom-gradient "
-            f"op{'s' if len(made['wrapper']) > 1 else ''} {', '.join(f'`{op}`' for op in made['wrapper'])}, so it "
-            f"is bound as written (not decorated) and checked as the function it is, through their gradients."
-        )
-    if "op" not in made:
-        raise GradmagicError(f"`{name}` was not made by the cell's `def`: the magic's decorator never ran on it.")
-    if compiled.decorators:
-        return (
-            f"`{name}` is decorated in the cell ({written}, {where}): the magic's {adapter.decorator} is applied "
-            "beneath them, and the result bound as written."
-        )
-    return None
-
-
-def _checked_callable(compiled: source.CompiledCell, bound: object, namespace: dict, needed: bool):
-    """What the check calls for what the cell bound, the signature its `--check` inputs bind to, and for a class,
-    the info that says which instance: the op or function itself; for a class, an instance the cell made (else one
-    made without arguments), whose `call` (a Keras layer's) or `__call__` takes the inputs by position."""
-    if compiled.kind != "class":
-        return bound, _signature_of(bound, compiled.name), None
-    name = compiled.name
-    found = [(key, value) for key, value in namespace.items() if isinstance(value, bound)]  # type: ignore[arg-type]
-    if found:
-        key, instance = found[-1]
-        made = f"`{key}`, the instance the cell made"
-    elif needed:
-        try:
-            instance = bound()  # type: ignore[operator]
-        except Exception as error:
-            raise GradmagicError(
-                f"`{name}` is a class; checking it needs an instance, and `{name}()` failed "
-                f"({type(error).__name__}: {error}). Make one in the cell, `layer = {name}(...)`, or after "
-                f"it, and check that: `%gradcheck layer x=EXPR`."
-            ) from None
-        made = f"`{name}()`"
-    else:
-        return bound, _signature_of(bound, name), None
-    method = "call" if callable(getattr(instance, "call", None)) else "__call__"
-    note = (
-        f"`{name}` is a class: checked through {made}, its `{method}` taking the --check inputs by position "
-        "(the class is bound as written)."
-    )
-    return instance, _signature_of(instance, name), note
-
-
-def _defined_line(compiled: source.CompiledCell, bound: object, signature, adapter, note: str | None) -> str:
-    """What a cell without a check prints."""
-    if compiled.kind == "class":
-        return (
-            f"`{compiled.name}` is a class: check an instance of it with `%gradcheck layer x=EXPR` "
-            f"(its `call` takes the inputs by position)."
-        )
-    said = f"{compiled.name}{signature} is now a {adapter.decorator} op ({adapter.display_name} {adapter.version})."
-    if note is not None:
-        said = note
-    return said
-
-
 def _values_attached(parser, words: list[str]) -> list[str]:
     """`--atol -inf` as `--atol=-inf`: argparse takes a value starting with `-` (other than a plain negative number)
     for an option, and says the option expects an argument; attached, the value reaches the option and its check."""
@@ -782,14 +671,6 @@ def _values_attached(parser, words: list[str]) -> list[str]:
         else:
             attached.append(word)
     return attached
-
-
-def _signature_of(op, expression: str) -> inspect.Signature:
-    """The signature `--check` inputs bind to (a Keras layer's `call`'s)."""
-    try:
-        return call_signature(op)
-    except (TypeError, ValueError) as error:
-        raise GradmagicError(f"Cannot read the signature of `{expression}`: {error}.") from None
 
 
 def _usage(message: str) -> UsageError:
