@@ -251,6 +251,14 @@ def test_a_none_gradient_has_one_verdict_and_one_wording_in_both_modes():
         assert report.verdict == "pass" and found.severity == "info" and "None is right" in found.message, report
         assert all(row.matches for row in report.tensors), report.tensors  # no shape MISMATCH beside it
 
+    def weak(x, y):  # y matters, a millionth as much as x: its None is no info saying "None is right"
+        return x * 2.0 + 1e-6 * y, lambda dy: (dy * 2.0, None)
+
+    for size in (3, 5000):
+        ones = tf.ones([size])
+        report = gradmagic.check(tf.custom_gradient(weak), ones, ones)
+        assert problem(report, "none-gradient").severity == "warning" and report.verdict == "fail", report
+
 
 def test_a_python_int_an_op_decorated_by_hand_gets_as_a_tensor_is_explained():
     import gradmagic

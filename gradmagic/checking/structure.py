@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections.abc
 import functools
 import inspect
-import re
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +53,7 @@ def check_structure(run: CheckRun, inputs: CheckInputs) -> Trial | None:
     variable_metas = [tensor_meta(adapter, v) for v in variables]
     in_code = _names_in_code(target.raw, variables)
     variable_names = _distinct(
-        [_variable_name(meta.name, in_code.get(id(v))) for v, meta in zip(variables, variable_metas)]
+        [_variable_name(findings, meta.name, in_code.get(id(v))) for v, meta in zip(variables, variable_metas)]
     )
     if _nonfinite_inputs(run, "variable", variable_names, variable_metas, variables):
         return None
@@ -584,11 +583,11 @@ def python_numbers_hint(inputs: CheckInputs, findings: Findings) -> str:
     )
 
 
-def _variable_name(own: str | None, in_code: str | None) -> str:
+def _variable_name(findings: Findings, own: str | None, in_code: str | None) -> str:
     """A variable's name in the report: the framework's (`dense/w`, a scope's or a layer's path), unless that is a
-    default the user never chose (TensorFlow's `Variable`, `Variable_1`): then the name the op's code reads it under
+    default the user never chose (`Wording.default_variable_name`): then the name the op's code reads it under
     (`w`)."""
-    if own and not re.fullmatch(r"Variable(_\d+)?", own):
+    if own and not findings.wording.default_name(own):
         return own
     return in_code or own or "variable"
 

@@ -9,6 +9,7 @@ and no framework's phrases are written outside `frameworks/`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gradmagic.frameworks.names import backend_name
@@ -88,10 +89,18 @@ class Wording:
         "Define it as `def grad(upstream, variables=None):` and return `grad_xs, [grad for each variable]`."
     )
 
+    #: The names the framework gives a variable nobody named (a regular expression, matched whole; "" for none):
+    #: the report then names it as the op's code reads it.
+    default_variable_name: str = ""
+
     #: Modules whose use in an op's code says it may be another decorator's op that this framework also runs, and how to
     #: check it as that one: (module, sentence), the sentence's `{op}` and `{modules}` filled in (on TensorFlow,
     #: `keras.ops.custom_gradient` is `tf.custom_gradient`, but Keras's other backends need more of the op).
     kin: tuple[tuple[str, str], ...] = ()
+
+    def default_name(self, name: str) -> bool:
+        """Whether `name` is one the framework gave a variable nobody named."""
+        return bool(self.default_variable_name) and re.fullmatch(self.default_variable_name, name) is not None
 
     def message(self, error: BaseException) -> str:
         """The error's own message."""

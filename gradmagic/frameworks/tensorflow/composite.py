@@ -11,11 +11,11 @@ by ones that note the user's function and call through, or call the user's funct
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Callable, Iterator
 
-import tensorflow as tf
 from tensorflow.python.ops import custom_gradient as _tf_custom_gradient
+
+from gradmagic.frameworks.tensorflow.tracing import TENSORFLOW_FILES
 
 _DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
 
@@ -46,14 +46,10 @@ def _users(function: Callable) -> Callable:
     for _ in range(8):
         code = getattr(function, "__code__", None)
         inner = getattr(function, "__wrapped__", None)
-        if code is None or inner is None or not code.co_filename.startswith(_TENSORFLOW_FILES):
+        if code is None or inner is None or not code.co_filename.startswith(TENSORFLOW_FILES):
             return function
         function = inner
     return function
-
-
-#: Where TensorFlow's own modules lie.
-_TENSORFLOW_FILES = os.path.dirname(os.path.abspath(tf.__file__)) + os.sep
 
 
 def _describe(function: Callable) -> str:

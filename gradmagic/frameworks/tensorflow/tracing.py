@@ -254,7 +254,7 @@ tf.get_logger().addFilter(_QuietVectorizer())
 
 
 #: Where TensorFlow's own modules lie: its tracing machinery's frames are left out of an interrupted trace's stack.
-_TENSORFLOW = os.path.dirname(os.path.abspath(tf.__file__)) + os.sep
+TENSORFLOW_FILES = os.path.dirname(os.path.abspath(tf.__file__)) + os.sep
 
 
 def _stack_below(thread: threading.Thread, code: types.CodeType) -> types.TracebackType | None:
@@ -263,7 +263,7 @@ def _stack_below(thread: threading.Thread, code: types.CodeType) -> types.Traceb
     frame = sys._current_frames().get(thread.ident)
     frames = []
     while frame is not None and frame.f_code is not code:
-        if not frame.f_code.co_filename.startswith(_TENSORFLOW):
+        if not frame.f_code.co_filename.startswith(TENSORFLOW_FILES):
             frames.append(frame)
         frame = frame.f_back
     if frame is None:

@@ -51,6 +51,7 @@ class TensorFlowWording(Wording):
 
 TENSORFLOW = TensorFlowWording(
     framework="TensorFlow",
+    default_variable_name=r"Variable(_\d+)?",  # `tf.Variable(...)` without a name
     runs_on="TensorFlow",
     decorator="tf.custom_gradient",
     autodiff="TensorFlow's own gradient",
