@@ -1,4 +1,4 @@
-"""The IPython magics: `%%custom_gradient`, `%gradcheck`, `%gradgraph` and `%%gradwatch`.
+"""The IPython magics: `%%custom_gradient`, `%%register_gradient`, `%gradcheck`, `%gradgraph` and `%%gradwatch`.
 
 Thin by design: parse the line, then hand over to `source` (cell to
 function), `frameworks` (function to op), `inputs` (`ARG=EXPR` to call
@@ -19,10 +19,10 @@ import types
 
 from IPython.core import magic_arguments
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class, no_var_expand
 from traitlets import Bool, Enum, Float, Int
 
-from gradmagic import cell_op, frameworks, source
+from gradmagic import cell_gradient, cell_op, frameworks, source
 from gradmagic import inputs as example_inputs
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, interrupts_in_user_frames
@@ -345,6 +345,166 @@ class GradientMagics(Magics):
                 "bound as the op), so the cell defined nothing; the notebook's names are as they were before it.",
             )
             raise
+
+    @magic_arguments.magic_arguments()
+    @magic_arguments.argument(
+        "op_types",
+        nargs="*",
+        metavar="OP_TYPE",
+        help="The op types the gradient applies to, as TensorFlow spells them (`op.type`: Sign, Round, Identity, "
+        "MatMul, PyFunc); default: those the cell's own gradient_override_map maps to it.",
+    )
+    @magic_arguments.argument(
+        "--check",
+        dest="examples",
+        action="append",
+        default=[],
+        metavar="ARG=EXPR",
+        help="An example input (repeat for each): the registered gradient is checked right away, through the cell's "
+        "forward def, or without one through one op of OP_TYPE (its inputs named as in tf.raw_ops.OP_TYPE).",
+    )
+    @magic_arguments.argument(
+        "--forward", metavar="NAME", help="The cell's def the check calls, when the cell defines several."
+    )
+    @magic_arguments.argument(
+        "--name", metavar="NAME", help="The name to register a plain def under (default: the def's own)."
+    )
+    @magic_arguments.argument(
+        "--no-check",
+        dest="run_check",
+        action="store_false",
+        default=None,
+        help="Do not check at the example inputs (they are still kept for %%gradcheck).",
+    )
+    @magic_arguments.argument(
+        "--quiet", action="store_true", default=None, help="Display nothing when the check passes."
+    )
+    @_check_arguments
+    @no_var_expand
+    @cell_magic
+    @interrupts_in_user_frames
+    def register_gradient(self, line: str, cell: str):
+        """Register the cell's gradient function for op types, re-runnably, and check it.
+
+        The cell holds a gradient function `(op, grad)` as TensorFlow calls a
+        registered one, pasted with its `@tf.RegisterGradient("Name")` line or
+        written plain (registered under its own name, or --name)::
+
+            %%register_gradient Sign --check x=tf.constant([-1.5, 0.3, 2.0]) --surrogate
+            def ste(op, grad):
+                return grad          # straight through the sign
+
+        Running the cell again replaces the registration (TensorFlow alone
+        raises "Registering two gradient with name ..."). The def's name is
+        bound to the registered gradient: `with ste:` inside a tf.function or
+        in TensorFlow 1's graph mode applies it to the OP_TYPE ops built in the
+        block (TensorFlow's gradient_override_map; `ste.override_map` is the
+        map). TensorFlow 2's eager mode has no overrides: `with ste:` there
+        raises, saying so.
+
+        OP_TYPE defaults to the op types the cell's own
+        `gradient_override_map({...})` maps to the gradient. A forward def in
+        the cell (a function of tensors, `tf.numpy_function` inside for the
+        "py_func with gradient" recipe) is bound with the override applied
+        where it builds a graph, and --check calls it; without one, --check
+        calls one OP_TYPE op, its inputs named as tf.raw_ops.OP_TYPE's
+        (`--check x=...` for Sign, `--check a=... --check b=...` for MatMul).
+
+        The check is %%custom_gradient's: structure (one gradient per op
+        input, shapes, dtypes), finite differences of the forward, autodiff
+        (the forward without the override), the gradient graph; --surrogate
+        for a gradient that is deliberately not the derivative (a
+        straight-through estimator, clipping). An override that applied to no
+        op says so, naming the op types that were built. %gradcheck NAME
+        checks it again.
+        """
+        __tracebackhide__ = True
+        options = self._parse(self.register_gradient, line)
+        run_check = self.check if options.run_check is None else options.run_check
+        quiet = self.quiet if options.quiet is None else options.quiet
+        cell_source = source.Cell.typed("register_gradient", line, cell, self._register_cell)
+        try:
+            registry = frameworks.get_registry()
+            for op_type in options.op_types:
+                registry.check_op_type(op_type)
+            examples = example_inputs.parse_example_inputs(options.examples)
+            read = cell_gradient.read(cell_source)
+            settings = self._settings(options, "tensorflow")
+            adapter = frameworks.get_adapter("tensorflow")
+        except GradmagicError as error:
+            raise _usage(str(error)) from None
+        except ValueError as error:
+            raise _usage(str(error)) from None
+        except SyntaxError as error:
+            raise _usage(self._syntax_error_message(error, cell_source.filename)) from None
+        namespace = self.shell.user_ns
+        try:
+            with source.UnchangedOnFailure(namespace):
+                bound, checked, note = self._register(read, options, registry, namespace, examples, cell_source)
+                arguments = None
+                if run_check and examples and checked is not None:
+                    signature = cell_op.signature_of(checked, bound.__name__)
+                    example_inputs.check_names(examples, signature, bound.__name__)
+                    with adapter.example_scope():
+                        values = example_inputs.evaluate(examples, namespace)
+                    arguments = example_inputs.bind(signature, values)
+        except GradmagicError as error:
+            raise _usage(f"{error}\nNothing was (re)registered; the notebook is as before.") from None
+        if arguments is None:
+            if examples and run_check and checked is None:
+                note += " Nothing to check it through: name its op type on the magic line, or define a forward."
+            if not quiet:
+                print(note)
+            return None
+        report = self._check(checked, examples, arguments, settings, "the cell's --check", note)
+        return None if quiet and report.ok else report
+
+    def _register(self, read, options, registry, namespace: dict, examples, cell_source) -> tuple:
+        """Run the cell, its registrations replacing earlier ones; bind each gradient as a registered gradient (and
+        the forward with its override applied); what was bound first, what the check calls, and what was done."""
+        __tracebackhide__ = True
+        try:
+            with registry.registering() as made:
+                exec(read.code, namespace)
+        except BaseException as error:
+            _add_note(error, "gradmagic: the cell failed, so nothing was (re)registered; the notebook is as before.")
+            raise
+        by_function = {id(function): name for name, function, _ in made}
+        replaced = {name for name, _, replacing in made if replacing}
+        names = [example.name for example in examples]
+        forward_name = cell_gradient.forward_of(read, options.forward, names, namespace)
+        if options.name is not None and len(read.gradients) > 1:
+            raise GradmagicError("--name names one gradient: the cell defines several; register them by decorator.")
+        first, checked, said = None, None, []
+        for name, line in read.gradients:
+            function = namespace.get(name)
+            if not callable(function):
+                raise GradmagicError(f"`{name}` (cell line {line}) is not a function after the cell ran.")
+            registered_as = by_function.get(id(function))
+            if registered_as is None:
+                registered_as = options.name or read.registered_as.get(name) or name
+                try:
+                    if registry.register(registered_as, function):
+                        replaced.add(registered_as)
+                except ValueError as error:
+                    raise GradmagicError(str(error)) from None
+            op_types = cell_gradient.op_types_of(read, name, registered_as, options.op_types, namespace)
+            forward = namespace.get(forward_name) if forward_name else None
+            own_override = dict(read.forwards).get(forward_name, False)
+            gradient = registry.bound(registered_as, function, tuple(op_types), forward, registered_as in replaced)
+            namespace[name] = gradient
+            cell_op.attach_info(
+                gradient,
+                OpInfo(
+                    name, "tensorflow", "definition", cell_source.filename, examples, surrogate=bool(options.surrogate)
+                ),
+            )
+            if first is None:
+                first, checked = gradient, gradient.checked
+                if forward is not None and not own_override:
+                    namespace[forward_name] = registry.applying(forward, gradient)
+            said.append(registry.describe(gradient, forward_name))
+        return first, checked, " ".join(said)
 
     @magic_arguments.magic_arguments()
     @_op_arguments

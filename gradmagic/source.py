@@ -130,7 +130,8 @@ def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
             raise CellError(
                 f"`{name}` is a registered gradient (`@{ast.unparse(registered[0])}`, cell line "
                 f"{registered[0].lineno}): a gradient function for an op type, `(op, grad)`, not a custom-gradient "
-                "op that returns `(outputs, grad)`. Run it as a plain cell, without %%custom_gradient."
+                "op that returns `(outputs, grad)`. Run it under %%register_gradient, which registers it so that the "
+                "cell runs again, applies it to op types and checks it (see %register_gradient?)."
             )
         written = [decorator for decorator in node.decorator_list if _is_custom_gradient(decorator)]
         made = _decorating_call(tree, name)
@@ -149,8 +150,8 @@ def _compile_definition_form(cell: Cell, target: str | None) -> CompiledCell:
             shaped = _gradient_shaped(node)
     ast.fix_missing_locations(tree)
     position = tree.body.index(node) + 1
-    code = _compiled(tree.body[:position], cell.filename)
-    after = _compiled(tree.body[position:], cell.filename) if tree.body[position:] else None
+    code = compile_module(tree.body[:position], cell.filename)
+    after = compile_module(tree.body[position:], cell.filename) if tree.body[position:] else None
     return CompiledCell(name, "definition", code, decorators, kind, after, framework, calls, shaped)
 
 
@@ -167,7 +168,7 @@ def _decorating_call(tree: ast.Module, name: str) -> ast.Assign | None:
     return None
 
 
-def _compiled(statements: list, filename: str) -> types.CodeType:
+def compile_module(statements: list, filename: str) -> types.CodeType:
     """Statements compiled as a module of the cell, with the cell's own `__future__` imports only (none of
     gradmagic's: `from __future__ import annotations` here would make the cell's annotations strings)."""
     return compile(ast.Module(body=statements, type_ignores=[]), filename, "exec", dont_inherit=True)
@@ -307,7 +308,7 @@ def _compile_body_form(cell: Cell, target: str) -> CompiledCell:
     ast.fix_missing_locations(function)
     if not function.body:
         raise CellError(f"The cell is empty: write the body of `{function.name}`, ending with `return outputs, grad`.")
-    return CompiledCell(function.name, "body", _compiled([function], cell.filename))
+    return CompiledCell(function.name, "body", compile_module([function], cell.filename))
 
 
 def _signature_error(cell: Cell, target: str, message: str, offset: int | None) -> SyntaxError:

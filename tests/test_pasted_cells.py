@@ -30,6 +30,7 @@ demo = tape.gradient(y, x)
 print("demo:", float(demo))
 """
 
+
 def said(run) -> str:
     """What a cell showed, its wrapped lines joined: a sentence of the report reads as one."""
     return " ".join(run.shown.split())
@@ -203,6 +204,7 @@ def test_a_registered_gradient_is_not_taken_for_an_op(nb):
         UsageError,
     )
     assert "is a registered gradient" in said(run) and "not a custom-gradient op" in said(run), run.stderr
+    assert "Run it under %%register_gradient" in said(run), run.stderr
 
 
 def test_a_cell_with_a_helper_and_an_op_picks_the_op(nb):

@@ -10,6 +10,7 @@ at hand) needs.
 from __future__ import annotations
 
 import collections.abc
+import difflib
 import functools
 import inspect
 import types
@@ -22,7 +23,7 @@ from gradmagic.checking.findings import LISTED, Findings, identifier, listing, p
 from gradmagic.checking.run import CheckInputs, CheckRun, Trial, known_shape, tensor_meta
 from gradmagic.checking.side_effects import StateWatch, code_names, unwrapped
 from gradmagic.checking.source_lines import decorator_names, error_line, first_line, return_line, returned_names
-from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, Target, TensorMeta, given
+from gradmagic.frameworks.base import Adapter, ForwardRun, Layout, OpProblem, Override, Target, TensorMeta, given
 from gradmagic.report import Severity, TensorRole, TensorRow, element_label
 
 # The gradient function written so every Keras backend can call it (keras.ops.custom_gradient's documentation).
@@ -213,31 +214,128 @@ def _attempts_pair(result: Any) -> bool:
 
 
 def _as_composite(run: CheckRun, forward: ForwardRun) -> Target | None:
-    """A callable that returns outputs, not `(outputs, grad_fn)`: a function reaching custom-gradient ops is checked
-    as one (the composite, returned, noted); any other gets `return-structure` saying what was expected (None)."""
+    """A callable that returns outputs, not `(outputs, grad_fn)`: a function reaching custom-gradient ops, or entering
+    gradient overrides that apply to its ops, is checked as one (the composite, returned, noted); any other gets
+    `return-structure` saying what was expected (None)."""
     adapter, target, findings = run.adapter, run.target, run.findings
     reached = forward.custom_gradients
+    applied = _overrides(run, forward.overrides)
     composite = target
-    if target.origin == "plain":
-        if reached:
+    if target.origin == "plain" or applied:
+        if reached or applied:
             try:
-                composite = adapter.resolve(target.raw, composite=True)
+                given_function = target.op if target.origin == "composite" else target.raw
+                composite = adapter.resolve(given_function, composite=True, overrides=bool(applied))
             except NotImplementedError:
                 reached = None
-        if not reached:
+    if not applied and (not reached if target.origin == "plain" else reached is not None and not reached):
+        if not forward.overrides:  # an override that did nothing is said already
             findings.add("return-structure", "error", _neither(run, reached, forward.result), line=return_line(target))
-            return None
+        return None
+    wording = findings.wording
+    if applied:
+        findings.add(
+            "composite",
+            "info",
+            f"`{target.name}` applies {_registered(applied)} through {wording.override}: its gradient, which "
+            f"{wording.framework} takes through {'them' if len(applied) > 1 else 'it'}, is compared with finite "
+            f"differences. Autodiff, here, is the same function without the override "
+            f"({_joined(sorted({o.op_type for o in applied}))}'s own gradient).",
+        )
+        return composite
     names = listing(list(reached or ())) if reached else "custom-gradient ops"
     findings.add(
         "composite",
         "info",
         f"`{target.name}` is not a custom-gradient op itself but a function that reaches "
         f"{plural(len(reached or ()), 'custom-gradient op') if reached else 'custom gradients'} ({names}): its "
-        f"gradient, which {findings.wording.autodiff} takes through their custom gradients, is compared with finite "
+        f"gradient, which {wording.autodiff} takes through their custom gradients, is compared with finite "
         "differences. Autodiff, here, is the same function with those custom gradients replaced by autodiff of "
         "their own forwards.",
     )
     return composite
+
+
+def _registered(applied: list[Override]) -> str:
+    """ "the gradient registered as `STE` (`ste_grad`) to its 2 Sign ops", for each override that applied."""
+    parts = []
+    for override in applied:
+        function = f" (`{override.function}`)" if override.function and override.function != override.gradient else ""
+        ops = f"{override.op_type} op" if override.built == 1 else plural(override.built, f"{override.op_type} op")
+        parts.append(f"the gradient registered as `{override.gradient}`{function} to its {ops}")
+    return _joined(parts)
+
+
+def _joined(parts: list[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]:
+    """The gradient overrides the forward entered that apply to its ops; the others said: one that applied to no op
+    (`override-unused`, naming the op types it did see), one naming no registered gradient (`override-unregistered`),
+    one entered where ops run eagerly, where no override applies (`override-eager`, when the op is checked there)."""
+    target, findings = run.target, run.findings
+    wording = findings.wording
+    applied = []
+    # An override map that applied one of its keys may well list others for other ops (the recipe's `PyFunc` and
+    # `PyFuncStateless`): those are said, not failed.
+    used_lines = {override.where for override in overrides if override.built}
+    for override in overrides:
+        written = f"`{wording.override}({{{override.op_type!r}: {override.gradient!r}}})`"
+        line = override.where[1] if override.where and override.where[0] == target.filename else None
+        if not override.built:
+            message = _unused(written, override, wording)
+            findings.add("override-unused", "info" if override.where in used_lines else "error", message, line=line)
+            continue
+        if not override.registered:
+            findings.add(
+                "override-unregistered",
+                "error",
+                f"{written} maps {override.op_type} ops to `{override.gradient}`, under which no gradient is "
+                f"registered: {wording.framework} fails when it takes their gradient. Register one "
+                f"(`@{wording.registers}({override.gradient!r})` above a def `(op, grad)`, or that def under "
+                f"%%register_gradient {override.op_type}), or name the one you registered.",
+                line=line,
+            )
+            continue
+        if override.eagerly and not target.graph:
+            findings.add(
+                "override-eager",
+                "warning",
+                f"`{target.name}` enters {written} while its ops run eagerly, and {wording.override} applies only "
+                f"{wording.override_scope}: called as it is, its {override.op_type} ops take their own gradient, not "
+                f"`{override.gradient}`. Checked here as it is built in a graph, where the override applies; call "
+                "it that way to get that gradient.",
+                line=line,
+            )
+        applied.append(override)
+    return applied
+
+
+def _unused(written: str, override: Override, wording) -> str:
+    """Why an override applied to no op: what was built under it, and the op type probably meant."""
+    types = [name for name in override.types if name != override.op_type]
+    if not types:
+        seen = "no op at all was built under it"
+    else:
+        close = [name for name in types if name.lower() == override.op_type.lower()] or difflib.get_close_matches(
+            override.op_type, types, n=1, cutoff=0.6
+        )
+        seen = f"the ops built under it are of types {_joined(types[:12])}" + (
+            f" (did you mean `{close[0]}`?)" if close else ""
+        )
+        calls = [name for name in types if name.endswith("PartitionedCall")]
+        if calls:
+            seen += (
+                f"; the {_joined(calls)} ops are calls of functions traced on their own, whose ops the override "
+                "does not reach"
+            )
+    return (
+        f"{written} did nothing: no op of type {override.op_type} was built under it; {seen}. An override is keyed on "
+        "the op type exactly as the framework spells it (`op.type`), and applies only to ops built in the graph it "
+        "was entered on."
+    )
 
 
 def _neither(run: CheckRun, reached: tuple | None, result: Any) -> str:

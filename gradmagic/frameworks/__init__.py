@@ -62,6 +62,12 @@ def get_watcher() -> ModuleType:
     return _import("gradmagic.frameworks.tensorflow.watching", "tensorflow")
 
 
+def get_registry() -> ModuleType:
+    """The module that registers gradient functions for TensorFlow's op types, re-runnably, and makes what
+    `%%register_gradient` binds (`frameworks/tensorflow/overrides.py`). TensorFlow is imported on first use."""
+    return _import("gradmagic.frameworks.tensorflow.overrides", "tensorflow")
+
+
 def installed(name: str) -> bool:
     """Whether the package of framework or Keras backend `name` can be imported here (without importing it)."""
     return importlib.util.find_spec(PACKAGES[name].module) is not None

@@ -85,8 +85,12 @@ class Target:
     name: str
     signature: inspect.Signature | None
     filename: str | None  # where `raw` was written: a cell's linecache name or a file
-    #: A composite's forward with every custom gradient it reaches replaced by autodiff of that op's own forward.
+    #: A composite's forward with every custom gradient it reaches replaced by autodiff of that op's own forward
+    #: (and every gradient override it enters left out).
     without_custom: Callable | None = None
+    #: The op builds a graph where the user calls it (a `tf.function`; TensorFlow 1's graph mode): gradient overrides
+    #: entered while it runs apply there.
+    graph: bool = False
 
     def outputs_of(self, result: Any) -> Any:
         """The outputs in what `raw` returned."""
@@ -141,6 +145,23 @@ class ForwardRun:
     #: How many of the framework's ops the forward ran (eagerly), where the adapter counts them: what tracing it
     #: would cost, told without a clock.
     ops: int | None = None
+    #: The gradient overrides the forward entered (see `Override`), once each.
+    overrides: tuple[Override, ...] = ()
+
+
+@dataclass(frozen=True)
+class Override:
+    """A gradient override the forward entered (TensorFlow's `gradient_override_map`): the ops of `op_type` built
+    under it take the gradient registered as `gradient` instead of their op type's own."""
+
+    op_type: str
+    gradient: str  # the name the override maps the op type to
+    built: int  # how many ops of `op_type` were built (or, eagerly, run) under it
+    types: tuple[str, ...]  # the op types built (or run) under it, in the order first seen
+    eagerly: bool  # entered where ops run eagerly, where no override applies
+    registered: bool  # whether a gradient is registered under `gradient`
+    where: tuple[str, int] | None = None  # the file and line that entered it
+    function: str | None = None  # the name of the function registered under `gradient`
 
 
 @dataclass(frozen=True)
@@ -317,18 +338,19 @@ class Adapter(abc.ABC):
     def decorate(self, function: Callable) -> Callable:
         """Turn `function`, returning `(outputs, grad_fn)`, into a custom-gradient op."""
 
-    def resolve(self, op: Callable, composite: bool = False) -> Target:
+    def resolve(self, op: Callable, composite: bool = False, overrides: bool = False) -> Target:
         """The raw function behind `op`: an op made by gradmagic, one decorated by hand (a function, a bound method,
         inside `functools.partial` or the framework's compiled-function wrapper), or a plain function returning
         `(outputs, grad_fn)` (decorated here, once). With `composite`, `op` is taken as a differentiable function
-        that reaches custom-gradient ops inside (NotImplementedError where this adapter cannot check those)."""
+        that reaches custom-gradient ops inside (NotImplementedError where this adapter cannot check those); with
+        `overrides` too, one that enters gradient overrides, its gradient taken where the framework applies them."""
         if composite:
-            without_custom = self._without_custom(op)
-            if without_custom is None:
+            target = self._composite(op, overrides)
+            if target is None:
                 raise NotImplementedError(
                     f"{self.display_name} checks custom-gradient ops themselves here, not functions that call them"
                 )
-            return self._target(op, op, "composite", op, without_custom)
+            return target
         if isinstance(op, functools.partial):
             inner = self.resolve(op.func)
             if inner.origin in ("magic", "decorated"):
@@ -359,7 +381,13 @@ class Adapter(abc.ABC):
         return False
 
     def _target(
-        self, raw: Callable, op: Callable, origin: str, named: Callable | None = None, without_custom=None
+        self,
+        raw: Callable,
+        op: Callable,
+        origin: str,
+        named: Callable | None = None,
+        without_custom=None,
+        graph: bool = False,
     ) -> Target:
         named = named or raw
         try:
@@ -368,7 +396,7 @@ class Adapter(abc.ABC):
             signature = None
         code = getattr(_innermost(named), "__code__", None)
         name = _name_of(named)
-        return Target(raw, op, origin, name, signature, code.co_filename if code else None, without_custom)
+        return Target(raw, op, origin, name, signature, code.co_filename if code else None, without_custom, graph)
 
     @abc.abstractmethod
     def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
@@ -376,9 +404,10 @@ class Adapter(abc.ABC):
         check, "composite") for a wrapper whose gradient comes from custom gradients inside (`tf.recompute_grad`);
         None for anything else."""
 
-    def _without_custom(self, function: Callable) -> Callable | None:
-        """`function` with each custom gradient it reaches replaced by autodiff of that op's forward (the reference
-        a composite's gradient is compared with); None where the adapter cannot (composites are not checked)."""
+    def _composite(self, function: Callable, overrides: bool) -> Target | None:
+        """`function` as a composite (see `resolve`): its `without_custom` has each custom gradient it reaches
+        replaced by autodiff of that op's forward (the reference its gradient is compared with); None where the
+        adapter cannot check it."""
         return None
 
     def check_scope(self, target: Target) -> ContextManager[None]:

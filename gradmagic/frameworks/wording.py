@@ -69,6 +69,11 @@ class Wording:
     #: limits that gradient: "tf.py_function", "its gradient ..." (a phrase); "" where the framework has none.
     eager_python_function: str = ""
     eager_python_function_gradient: str = ""
+    #: How a gradient registered for an op type is applied to ops ("gradient_override_map"), how one is registered
+    #: ("tf.RegisterGradient"), and where overrides apply (after "they apply only"); "" where the framework has none.
+    override: str = ""
+    registers: str = ""
+    override_scope: str = ""
     #: How the structure checks ran the op, against which `compiled` is compared.
     direct: str = "eagerly"
     #: Advice when the op works `direct`ly but its gradient fails `compiled`.

@@ -13,8 +13,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
+import tensorflow as tf
 from tensorflow.python.ops import custom_gradient as _tf_custom_gradient
 
+from gradmagic.frameworks.cache import cache_of
+from gradmagic.frameworks.tensorflow import overrides
 from gradmagic.frameworks.tensorflow.tracing import TENSORFLOW_FILES
 
 _DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
@@ -29,7 +32,10 @@ def is_custom_gradient_op(op: Any) -> bool:
 
 def unwrap(op: Any) -> tuple[Callable, str] | None:
     """(the user's function, "decorated") for an op `tf.custom_gradient` made, also through `tf.function`;
-    (the callable, "composite") for `tf.recompute_grad(f)`; else None."""
+    (the callable, "composite") for `tf.recompute_grad(f)`, and for a gradient `%%register_gradient` registered
+    (its forward with its ops built under the override); else None."""
+    if isinstance(op, overrides.RegisteredGradient):
+        return (op.checked, "composite") if op.checked is not None else None
     while callable(getattr(op, "python_function", None)):  # tf.function: check the Python function it runs
         op = op.python_function
     decorator = getattr(op, "_tf_decorator", None)
@@ -96,13 +102,38 @@ def custom_gradients(bypass: bool) -> Iterator[list[str]]:
 
 
 def without_custom(function: Callable) -> Callable:
-    """`function` whose calls reach no custom gradient: each custom-gradient op inside runs its forward alone."""
+    """`function` whose calls reach no custom gradient: each custom-gradient op inside runs its forward alone, and
+    the ops built under a gradient override keep their op type's own gradient. (A `tf.function` is called through
+    its Python function: its traces have the custom gradients in.)"""
+    function = python_function(function)
 
     def forward(*args: Any, **kwargs: Any) -> Any:
-        with custom_gradients(bypass=True):
+        with custom_gradients(bypass=True), overrides.bypassed():
             return function(*args, **kwargs)
 
     return forward
+
+
+def is_compiled_function(op: Any) -> bool:
+    """Whether `op` is a `tf.function` that no custom-gradient decorator made (a wrapper of ops, not an op)."""
+    return callable(getattr(op, "python_function", None)) and unwrap(op) is None
+
+
+def python_function(function: Callable) -> Callable:
+    """The Python function a `tf.function` runs (through nested ones); any other callable itself."""
+    while callable(getattr(function, "python_function", None)):
+        function = function.python_function
+    return function
+
+
+def in_graph(function: Callable) -> Callable:
+    """`function` as a `tf.function` (one per function, kept with it): its ops built into a graph, where gradient
+    overrides apply."""
+    cache = cache_of(function)
+    compiled = cache.get("in a graph")
+    if compiled is None:
+        compiled = cache["in a graph"] = tf.function(function)
+    return compiled
 
 
 def once_each(names: list[str]) -> tuple[str, ...]:

@@ -28,7 +28,8 @@ from gradmagic.frameworks.base import (
     native,
 )
 from gradmagic.frameworks.cache import cache_of, made_from
-from gradmagic.frameworks.tensorflow import building, composite, tracing, watching
+from gradmagic.frameworks.tensorflow import building, overrides, tracing, watching
+from gradmagic.frameworks.tensorflow import composite as _composite
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import KERAS_ON_TENSORFLOW, TENSORFLOW
 
@@ -102,11 +103,22 @@ class TensorFlowAdapter(Adapter):
         custom_gradient_op.__signature__ = inspect.signature(function)
         return made_from(custom_gradient_op, function)
 
-    def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
-        return composite.unwrap(op)
+    def resolve(self, op: Callable, composite: bool = False, overrides: bool = False) -> Target:
+        """Also: a `tf.function` that no custom-gradient decorator made is a composite (it returns outputs, not
+        `(outputs, grad_fn)`), its Python function run where the structure checks run the forward, so that what it
+        builds is seen again however often it traced before (its gradient overrides)."""
+        return super().resolve(op, composite or _composite.is_compiled_function(op), overrides)
 
-    def _without_custom(self, function: Callable) -> Callable | None:
-        return composite.without_custom(function)
+    def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:
+        return _composite.unwrap(op)
+
+    def _composite(self, function: Callable, overrides: bool) -> Target | None:
+        """A `tf.function`'s gradient is its own (its overrides applied where it traced); a function that enters
+        overrides and runs eagerly is checked inside a `tf.function` of its own, where they apply."""
+        python = _composite.python_function(function)
+        graph = python is not function
+        op = _composite.in_graph(function) if overrides and not graph else function
+        return self._target(python, op, "composite", python, _composite.without_custom(python), graph)
 
     # -- values ---------------------------------------------------------------------------------------------------
 
@@ -146,10 +158,21 @@ class TensorFlowAdapter(Adapter):
     def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
         # The trainable variables a tape watches are those tf.custom_gradient hands to grad_fn. TensorFlow does not
         # mix dtypes implicitly: an explicit tf.cast to float32 shows in the outputs.
-        with tf.GradientTape() as tape, composite.custom_gradients(bypass=False) as reached, _counting_ops() as ops:
+        with (
+            tf.GradientTape() as tape,
+            _composite.custom_gradients(bypass=False) as reached,
+            overrides.recording() as entered,
+            _counting_ops() as ops,
+        ):
             result = call()
         variables = [v for v in tape.watched_variables() if not any(v is other for other in exclude)]
-        return ForwardRun(result, variables, custom_gradients=composite.once_each(reached), ops=ops[0])
+        return ForwardRun(
+            result,
+            variables,
+            custom_gradients=_composite.once_each(reached),
+            ops=ops[0],
+            overrides=overrides.as_built(call, entered),
+        )
 
     def evaluate(self, target, layout, offsets, upstream=None, signs=(1.0,)) -> np.ndarray:
         if isinstance(offsets, Directions):

@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from gradmagic.frameworks.base import ForwardRun, Layout, RawGraph, Target, TensorMeta, Vjps, native
 from gradmagic.frameworks.cache import cache_of
-from gradmagic.frameworks.tensorflow import building, watching
+from gradmagic.frameworks.tensorflow import building, composite, overrides, watching
 from gradmagic.frameworks.tensorflow.eager import TensorFlowAdapter
 from gradmagic.frameworks.tensorflow.traced_ops import raw_op
 from gradmagic.frameworks.tensorflow.wording import GRAPH_MODE
@@ -112,11 +112,17 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
 
     def run_forward(self, call: Callable[[], Any], exclude: list) -> ForwardRun:
         """Build `call()` in the check's graph and run it; the variables it reads, sorted by name as
-        tf.custom_gradient passes them in graph mode."""
-        return ForwardRun(*self._here.run_forward(call, exclude))
+        tf.custom_gradient passes them in graph mode; the gradient overrides it entered."""
+        with overrides.recording() as entered:
+            result, variables = self._here.run_forward(call, exclude)
+        return ForwardRun(result, variables, overrides=overrides.merged(entered))
 
-    def _without_custom(self, function: Callable) -> Callable | None:
-        return None  # functions that call custom-gradient ops are checked eagerly
+    def _composite(self, function: Callable, overrides: bool) -> Target | None:
+        """A function that enters gradient overrides, built as it is (its gradient, `tf.gradients`, through them);
+        functions that call custom-gradient ops are checked as those ops here, not as composites."""
+        if not overrides:
+            return None
+        return self._target(function, function, "composite", function, composite.without_custom(function), True)
 
     def assign(self, variable: Any, value: np.ndarray) -> None:
         raise NotImplementedError("graph mode: the user's variables hold their values in the user's session")

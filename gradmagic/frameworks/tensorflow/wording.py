@@ -71,6 +71,9 @@ TENSORFLOW = TensorFlowWording(
     eager_python_function="tf.py_function",
     eager_python_function_gradient="TensorFlow takes its gradient, autodiff of the Python function as it ran, at most "
     "once per run of the forward: a second one, as every row of a Jacobian is, fails with `KeyError: b'pyfunc_N'`",
+    override="gradient_override_map",
+    registers="tf.RegisterGradient",
+    override_scope="where ops are built into a graph: inside tf.function, or in TensorFlow 1's graph mode",
     variable_input="tf.custom_gradient reads a tf.Variable input into a tensor of its value before the forward runs",
     kin=(
         (

@@ -1,0 +1,384 @@
+"""Gradients registered for op types (`tf.RegisterGradient`) and the overrides that apply them
+(`Graph.gradient_override_map`).
+
+TensorFlow's gradient registry is global and refuses a name twice ("Registering two gradient with name 'STE'"), so a
+notebook cell that registers one cannot run again; `register` replaces a registration a notebook (or gradmagic) made,
+never one of TensorFlow's own. An override applies only where ops are built into a graph (`tf.function`, TensorFlow
+1's graph mode), to ops of exactly the op type it names, in the graph it was entered on: one keyed on a type the
+graph never builds (`Matmul` for `MatMul`), or entered where ops run eagerly, does nothing, without a word.
+`recording` notes every override a forward enters and what was built under it (`Override`); `bypassed` leaves them
+out (the forward with the op types' own gradients, autodiff's reference); `RegisteredGradient` is what
+`%%register_gradient` binds in the notebook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import sys
+import warnings
+from typing import Any, Callable, Iterator
+
+import tensorflow as tf
+from tensorflow.python.framework import func_graph, op_callbacks, op_def_registry, ops
+
+from gradmagic.frameworks.base import Override
+from gradmagic.frameworks.tensorflow.tracing import TENSORFLOW_FILES
+
+_REGISTRY = ops._gradient_registry  # what tf.RegisterGradient writes and gradients read (`ops.get_gradient_function`)
+#: The op types whose ops call into Python: an override of one applies a gradient to a Python forward (the "py_func
+#: with gradient" recipe). `tf.numpy_function` builds `PyFunc` (stateful, its default) or `PyFuncStateless`.
+PYTHON_FUNCTION_TYPES = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+
+
+class GradientOverrideWarning(UserWarning):
+    """A gradient override where TensorFlow applies none: ops running eagerly (TensorFlow 2's default)."""
+
+
+# -- the registry --------------------------------------------------------------------------------------------------
+
+
+def registered(name: str) -> Callable | None:
+    """The gradient function registered under `name` (an op type, or a name an override maps one to), else None."""
+    entry = _REGISTRY._registry.get(name)
+    return entry["type"] if entry is not None else None
+
+
+def is_tensorflows(function: Any) -> bool:
+    """Whether `function` is one of TensorFlow's own gradient functions (as against one a user registered)."""
+    code = getattr(inspect.unwrap(function), "__code__", None) if callable(function) else None
+    return code is not None and code.co_filename.startswith(TENSORFLOW_FILES)
+
+
+def register(name: str, function: Callable) -> bool:
+    """Register `function` as the gradient named `name`, replacing one a notebook registered before (a cell run
+    again); True when it replaced one. ValueError where `name` is TensorFlow's own gradient of an op type."""
+    previous = registered(name)
+    if previous is not None and is_tensorflows(previous):
+        raise ValueError(
+            f"`{name}` names TensorFlow's own gradient of {name} ops: registering another under that name would "
+            f"change every {name} op in the process. Register yours under a name of its own and apply it to {name} "
+            f"ops with an override: `%%register_gradient {name}` above a def `(op, grad)` does both."
+        )
+    if previous is not None:
+        del _REGISTRY._registry[name]
+    _REGISTRY.register(function, name)
+    return previous is not None
+
+
+@contextlib.contextmanager
+def registering() -> Iterator[list[tuple[str, Callable, bool]]]:
+    """Within: `tf.RegisterGradient(name)` replaces what a notebook registered under `name` before, instead of
+    raising; (name, function, whether it replaced one) for each, as a list filled as they are."""
+    made: list[tuple[str, Callable, bool]] = []
+    original = ops.RegisterGradient.__call__
+
+    def replacing(self, function):
+        if not isinstance(self._op_type, str):
+            return original(self, function)
+        made.append((self._op_type, function, register(self._op_type, function)))
+        return function
+
+    ops.RegisterGradient.__call__ = replacing
+    try:
+        yield made
+    finally:
+        ops.RegisterGradient.__call__ = original
+
+
+# -- overrides, recorded or left out --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Override]]:
+    """Within: every gradient override entered (`Graph.gradient_override_map`) is noted, with what was built (or run,
+    eagerly) under it, as a list of `Override`s filled as each override ends."""
+    global _RECORDING
+    found: list[Override] = []
+    original = ops.Graph.gradient_override_map
+
+    def recorded(graph, op_type_map):
+        caller = sys._getframe(1)
+        return _Recorded(original(graph, op_type_map), graph, dict(op_type_map), caller, found)
+
+    ops.Graph.gradient_override_map = recorded
+    _RECORDING += 1
+    try:
+        yield found
+    finally:
+        _RECORDING -= 1
+        ops.Graph.gradient_override_map = original
+
+
+#: How many `recording`s and `bypassed`s are running (a check's): the override a forward enters eagerly is then
+#: entered (and noted) as it would be in a graph, not refused, and no warning is given.
+_RECORDING = 0
+
+
+@contextlib.contextmanager
+def bypassed() -> Iterator[None]:
+    """Within: gradient overrides apply to nothing (the ops built keep their op types' own gradients)."""
+    original = ops.Graph.gradient_override_map
+    global _RECORDING
+    ops.Graph.gradient_override_map = lambda graph, op_type_map: contextlib.nullcontext()
+    _RECORDING += 1
+    try:
+        yield
+    finally:
+        _RECORDING -= 1
+        ops.Graph.gradient_override_map = original
+
+
+class _Recorded:
+    """One override, entered: TensorFlow's own context, and what was built under it noted when it ends."""
+
+    def __init__(self, context, graph, mapping: dict, caller, found: list):
+        self.context, self.graph, self.mapping, self.found = context, graph, mapping, found
+        self.where = (caller.f_code.co_filename, caller.f_lineno)
+        self.eagerly = False
+        self.before = 0
+        self.run: list[str] = []
+
+    def _noted(self, op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        self.run.append(op_type)
+
+    def __enter__(self):
+        self.eagerly = tf.executing_eagerly()
+        if self.eagerly:
+            op_callbacks.add_op_callback(self._noted)
+        else:
+            self.before = len(self.graph.get_operations())
+        return self.context.__enter__()
+
+    def __exit__(self, *exc_info):
+        try:
+            return self.context.__exit__(*exc_info)
+        finally:
+            if self.eagerly:
+                op_callbacks.remove_op_callback(self._noted)
+                types = self.run
+            else:
+                types = [op.type for op in self.graph.get_operations()[self.before :]]
+            distinct = tuple(dict.fromkeys(types))
+            for op_type, gradient in self.mapping.items():
+                name = function = None
+                if isinstance(gradient, str):
+                    function = registered(gradient)
+                    name = getattr(function, "__name__", None)
+                self.found.append(
+                    Override(
+                        str(op_type),
+                        str(gradient),
+                        types.count(op_type),
+                        distinct,
+                        self.eagerly,
+                        function is not None,
+                        self.where,
+                        name,
+                    )
+                )
+
+
+def as_built(call: Callable[[], Any], entered: list[Override]) -> tuple[Override, ...]:
+    """The overrides `call()` entered as it ran eagerly (`entered`), with what it builds under them in a graph: ops
+    running eagerly are not the ops a graph holds (`tf.numpy_function` runs its Python function directly, with no
+    `PyFunc` op), so the types are taken from `call()` built once more, in a graph of its own (its captures read,
+    nothing run). Where that build fails, what ran eagerly is kept."""
+    if not entered or not any(override.eagerly for override in entered):
+        return merged(entered)
+    scratch = func_graph.FuncGraph("gradmagic_overrides")
+    with recording() as built, scratch.as_default():
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - what ran eagerly stands
+            return merged(entered)
+    # Matched by op type and line, not by gradient: the recipe registers a new random name at every call.
+    in_graph = {(o.op_type, o.where): o for o in merged(built)}
+    return tuple(
+        dataclasses.replace(override, built=found.built, types=found.types) if found is not None else override
+        for override in merged(entered)
+        for found in [in_graph.get((override.op_type, override.where))]
+    )
+
+
+def merged(overrides: list[Override]) -> tuple[Override, ...]:
+    """One `Override` per override written (its op type, gradient and line): a forward built twice, or an override
+    entered in a loop, counts the most ops one of its builds put under it."""
+    by_key: dict[tuple, Override] = {}
+    for override in overrides:
+        key = (override.op_type, override.gradient, override.where)
+        kept = by_key.get(key)
+        if kept is None or override.built > kept.built:
+            by_key[key] = override
+    return tuple(by_key.values())
+
+
+# -- what %%register_gradient binds ---------------------------------------------------------------------------------
+
+
+class RegisteredGradient:
+    """A gradient function registered for op types, as `%%register_gradient` binds it in the notebook.
+
+    Called, it is the gradient function `(op, *grads)`. `with it:` applies it, inside `tf.function` or in TensorFlow
+    1's graph mode, to the ops of its op types built in the block (TensorFlow's `gradient_override_map`);
+    `it.override_map` is that map, for code that enters it itself; `it.forward` is the function its check calls (the
+    cell's forward, or the op type's own op), its ops built under the override.
+    """
+
+    def __init__(
+        self, name: str, function: Callable, op_types: tuple[str, ...], forward: Callable | None, replaced: bool
+    ):
+        self.name = name
+        self.function = function
+        self.op_types = op_types
+        self.forward = forward
+        self.replaced = replaced  # it replaced a registration under its name (the cell ran before)
+        self.__name__ = getattr(function, "__name__", name)
+        self.__qualname__ = getattr(function, "__qualname__", self.__name__)
+        self.__doc__ = getattr(function, "__doc__", None)
+        if forward is not None:  # what `%gradcheck NAME x=...` binds its inputs to: the forward it checks through
+            self.__signature__ = inspect.signature(forward)
+        self.checked: Callable | None = None
+
+    @property
+    def override_map(self) -> dict[str, str]:
+        """{op type: the registered name} for each of its op types."""
+        return {op_type: self.name for op_type in self.op_types}
+
+    def __call__(self, op, *grads):
+        return self.function(op, *grads)
+
+    def __enter__(self):
+        if tf.executing_eagerly() and not _RECORDING:  # (a check runs a tf.function's Python function eagerly)
+            raise RuntimeError(eager_message(self.name, self.op_types, self.__name__))
+        self._entered = tf.compat.v1.get_default_graph().gradient_override_map(self.override_map)
+        return self._entered.__enter__()
+
+    def __exit__(self, *exc_info):
+        return self._entered.__exit__(*exc_info)
+
+    def __repr__(self) -> str:
+        types = ", ".join(self.op_types) or "no op type"
+        return f"<registered gradient {self.name!r} ({self.__name__}) for {types}>"
+
+
+def bound(name: str, function: Callable, op_types: tuple[str, ...], forward: Callable | None, replaced: bool):
+    """The registered gradient `%%register_gradient` binds: checked through `forward` with its ops built under the
+    override, or, without one, through one op of its only op type."""
+    if forward is None and len(op_types) == 1:
+        forward = primitive(op_types[0])
+    gradient = RegisteredGradient(name, function, op_types, forward, replaced)
+    if forward is not None and op_types:
+        applied = applying(forward, gradient)
+        gradient.checked = tf.function(applied) if tf.executing_eagerly() else applied
+    return gradient
+
+
+def describe(gradient: RegisteredGradient, forward: str | None) -> str:
+    """What `%%register_gradient` did, in a sentence or three."""
+    function = gradient.__name__
+    types = " and ".join(gradient.op_types)
+    replaced = (
+        " It replaced what was registered under that name before (a tf.function whose gradient was taken before "
+        "keeps the gradient it built then: trace it again, a new tf.function, to use this one)."
+        if gradient.replaced
+        else ""
+    )
+    if not gradient.op_types:
+        return (
+            f"`{function}` is registered as `{gradient.name}`, for no op type yet: apply it with "
+            f"`gradient_override_map({{'OpType': {gradient.name!r}}})`, or name the op types on the magic line."
+            + replaced
+        )
+    applied = f" `{forward}` is bound with it applied." if forward else ""
+    return (
+        f"`{function}` is registered as `{gradient.name}` for {types} ops: `with {function}:` inside a tf.function "
+        f"or in TensorFlow 1's graph mode applies it (`{function}.override_map` is {gradient.override_map})."
+        + applied
+        + replaced
+    )
+
+
+def check_op_type(op_type: str) -> None:
+    """ValueError naming the op types meant where TensorFlow has no op type `op_type`."""
+    if op_def_registry.get(op_type) is None:
+        raise ValueError(unknown_type_message(op_type))
+
+
+def eager_message(name: str, op_types: tuple[str, ...], bound: str) -> str:
+    types = " and ".join(op_types) or "its op types"
+    return (
+        f"TensorFlow 2's eager mode has no gradient overrides: ops run as they are called and take their op type's own "
+        f"gradient, so the gradient registered as `{name}` cannot apply to {types} ops here. Build them inside a "
+        f"tf.function (`@tf.function`, where `with {bound}:` applies it) or in TensorFlow 1's graph mode."
+    )
+
+
+def applying(function: Callable, gradient: RegisteredGradient) -> Callable:
+    """`function` with its ops built under `gradient`'s override (called where ops run eagerly, it runs as written,
+    and warns once that no override applies there)."""
+
+    def applied(*args, **kwargs):
+        if tf.executing_eagerly() and not _RECORDING:
+            message = eager_message(gradient.name, gradient.op_types, gradient.__name__)
+            warnings.warn(message, GradientOverrideWarning, stacklevel=2)
+            return function(*args, **kwargs)
+        with tf.compat.v1.get_default_graph().gradient_override_map(gradient.override_map):
+            return function(*args, **kwargs)
+
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(applied, attribute, getattr(function, attribute, None))
+    applied.__wrapped__ = function  # type: ignore[attr-defined]  # inspect.signature follows it
+    return applied
+
+
+def primitive(op_type: str) -> Callable:
+    """A function that builds one op of `op_type` (`tf.raw_ops`): its inputs positional parameters, its attributes
+    keyword-only ones (with the op's defaults). ValueError where TensorFlow has no such op type."""
+    definition = op_def_registry.get(op_type)
+    raw = getattr(tf.raw_ops, op_type, None)
+    if definition is None or raw is None:
+        raise ValueError(unknown_type_message(op_type))
+    defaults = {
+        name: parameter.default
+        for name, parameter in inspect.signature(raw).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    inputs = [argument.name for argument in definition.input_arg]
+    inferred = {argument.type_attr for argument in definition.input_arg} | {
+        argument.number_attr for argument in definition.input_arg
+    }
+    attributes = [a.name for a in definition.attr if a.name not in inferred and a.name in defaults]
+
+    def op(*args, **kwargs):
+        return raw(**dict(zip(inputs, args)), **kwargs)
+
+    parameters = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in inputs]
+    parameters += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults[name]) for name in attributes
+    ]
+    op.__name__ = op.__qualname__ = op_type
+    op.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]  # read by inspect.signature
+    return op
+
+
+def unknown_type_message(op_type: str) -> str:
+    close = close_types(op_type, [name for name in dir(tf.raw_ops) if not name.startswith("_")])
+    hint = f" (did you mean {' or '.join(f'`{name}`' for name in close)}?)" if close else ""
+    return (
+        f"TensorFlow has no op type `{op_type}`{hint}: an override is keyed on the op type exactly as TensorFlow "
+        "spells it, `op.type` (`MatMul`, `Sign`, `Identity`, `PyFunc`)."
+    )
+
+
+def close_types(op_type: str, types: list[str] | tuple[str, ...]) -> list[str]:
+    """The op types among `types` that `op_type` was probably meant to be (its case or a letter off)."""
+    import difflib
+
+    same = [name for name in types if name.lower() == op_type.lower() and name != op_type]
+    return same or difflib.get_close_matches(op_type, types, n=2, cutoff=0.8)
+
+
+def executes_eagerly() -> bool:
+    return tf.executing_eagerly()
