@@ -439,8 +439,12 @@ class GradientMagics(Magics):
             raise _usage(self._syntax_error_message(error, cell_source.filename)) from None
         namespace = self.shell.user_ns
         try:
-            with source.UnchangedOnFailure(namespace):
-                bound, checked, note = self._register(read, options, registry, namespace, examples, cell_source)
+            # A failure anywhere in the block leaves the notebook's names and TensorFlow's registry as they were.
+            with source.UnchangedOnFailure(namespace), registry.registering() as made:
+                self._run_gradient_cell(read, namespace)
+                bound, checked, note = self._bind_gradients(
+                    read, options, registry, namespace, examples, cell_source, made
+                )
                 arguments = None
                 if run_check and examples and checked is not None:
                     signature = cell_op.signature_of(checked, bound.__name__)
@@ -459,16 +463,18 @@ class GradientMagics(Magics):
         report = self._check(checked, examples, arguments, settings, "the cell's --check", note)
         return None if quiet and report.ok else report
 
-    def _register(self, read, options, registry, namespace: dict, examples, cell_source) -> tuple:
-        """Run the cell, its registrations replacing earlier ones; bind each gradient as a registered gradient (and
-        the forward with its override applied); what was bound first, what the check calls, and what was done."""
+    def _run_gradient_cell(self, read, namespace: dict) -> None:
+        """Run a %%register_gradient cell (its registrations replacing earlier ones: see `_bind_gradients`)."""
         __tracebackhide__ = True
         try:
-            with registry.registering() as made:
-                exec(read.code, namespace)
+            exec(read.code, namespace)
         except BaseException as error:
             _add_note(error, "gradmagic: the cell failed, so nothing was (re)registered; the notebook is as before.")
             raise
+
+    def _bind_gradients(self, read, options, registry, namespace: dict, examples, cell_source, made) -> tuple:
+        """Register the cell's plain gradient defs, bind each as a registered gradient (the forward with its override
+        applied); what was bound first, what the check calls, what was done."""
         by_function = {id(function): name for name, function, _ in made}
         replaced = {name for name, _, replacing in made if replacing}
         names = [example.name for example in examples]

@@ -189,7 +189,8 @@ class Problem(_Shown):
     #: variable-grad-count, none-gradient, not-differentiable, forward-error, grad-error, keyword-input, input-type,
     #: grad-structure, nonfinite-output, nonfinite-gradient, fd-mismatch, fd-error, second-order-mismatch,
     #: second-order-skipped, graph-unavailable, nondifferentiable-point, autodiff-nonfinite, autodiff-differs,
-    #: graph-mismatch, non-resource-variable, closed-over-tensor.
+    #: graph-mismatch, non-resource-variable, closed-over-tensor, override-unused, override-unregistered,
+    #: override-eager.
     code: str
     severity: Severity
     message: str  # the cause and the fix

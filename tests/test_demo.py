@@ -84,6 +84,19 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
             "%%custom_gradient --check x=tf.constant([0.5, -2.0, 3.0])",
             ["reverse_gradient(x) fails", "This looks like gradient reversal", "--surrogate"],
         ),
+        (
+            "%%register_gradient Sign --surrogate --check x=tf.constant([-1.5, -0.2, 0.4, 2.0])",
+            ["Sign(x) surrogate gradient (declared)", "(straight-through estimator)", "registered as `STE` for Sign"],
+        ),
+        ("@tf.function", ["numpy=1.0>"]),  # the registered gradient, applied inside a tf.function
+        (
+            "%%register_gradient PyFunc --check x=tf.constant([1., 2., 3.])",
+            ["py_square(x) fails", "dx is 0.5 times the finite differences at every element"],
+        ),
+        (
+            "%gradcheck product a=tf.ones([2, 3]) b=tf.ones([3, 2])",
+            ["override-unused", "no op of type Matmul was built under it", "(did you mean `MatMul`?)"],
+        ),
     ]
     keras_cells = [out for line, out in outputs if line.startswith("%%custom_gradient --keras --backends all")]
     assert len(keras_cells) == 2

@@ -236,3 +236,46 @@ def test_register_gradient_in_a_real_kernel(kernel):
         shown = " ".join(ran["shown"].split())
         assert ran["status"] == "ok" and "Sign(x) surrogate gradient (declared)" in shown, shown
     assert "It replaced what was registered" in shown, shown
+
+
+def test_what_the_registered_gradient_returns_is_checked_against_the_op(nb):
+    cell = (
+        "%%register_gradient MatMul --check a=tf.ones([2, 3], tf.float64) --check b=tf.ones([3, 2], tf.float64)\n"
+        "def matmul_grad(op, grad):\n    a, b = op.inputs\n    return {returned}\n"
+    )
+    right = "tf.matmul(grad, b, transpose_b=True), tf.matmul(a, grad, transpose_a=True)"
+    assert nb.ok(cell.format(returned=right)).result.result.verdict == "pass"
+    one = nb.ok(cell.format(returned="tf.matmul(grad, b, transpose_b=True)")).result.result
+    assert "returns 1 gradient for a MatMul op, which has 2 inputs (a, b)" in problem(one, "grad-count").message
+    shaped = nb.ok(cell.format(returned="tf.matmul(grad, b, transpose_b=True), tf.matmul(grad, a)")).result.result
+    assert "of shape [2, 3] for `b`" in problem(shaped, "grad-shape").message, problem(shaped, "grad-shape")
+    raised = nb.ok(cell.format(returned="1 / 0")).result.result
+    assert "raised ZeroDivisionError when called on a MatMul op" in problem(raised, "grad-error").message
+
+
+def test_without_the_surrogate_flag_a_straight_through_gradient_is_named(nb):
+    run = nb.ok(STE_CELL.replace(" --surrogate", ""))
+    found = problem(run.result.result, "fd-mismatch")
+    assert "This looks like a straight-through estimator: `sign` is piecewise constant" in found.message, found
+
+
+def test_a_failing_cell_leaves_the_registry_and_the_notebook_as_they_were(nb):
+    nb.ok(STE_CELL)
+    before = nb.ns["ste"]
+    nb.fails(
+        '%%register_gradient Sign\n@tf.RegisterGradient("STE")\ndef ste(op, grad):\n    return 2 * grad\n\n'
+        '@tf.RegisterGradient("FreshName")\ndef fresh(op, grad):\n    return grad\n\n1 / 0\n',
+        ZeroDivisionError,
+    )
+    assert nb.ns["ste"] is before and "fresh" not in nb.ns
+    used = nb.ok(  # STE is still the first cell's gradient (1, not 2), and FreshName is free for a plain cell
+        '@tf.RegisterGradient("FreshName")\ndef fresh(op, grad):\n    return grad\n\n'
+        "@tf.function\ndef binarise(x):\n    with ste:\n        return tf.sign(x)\n"
+        "x = tf.constant([-1.0, 2.0])\nwith tf.GradientTape() as tape:\n    tape.watch(x)\n    y = binarise(x)\n"
+        "print('gradient', tape.gradient(y, x).numpy().tolist())"
+    )
+    assert "gradient [1.0, 1.0]" in used.stdout, used.shown
+    lonely = nb.ok("%%register_gradient\ndef lonely(op, grad):\n    return grad\n")
+    assert "for no op type yet" in said(lonely)
+    refused = nb.fails("%gradcheck lonely x=tf.constant([1.0])", UsageError)
+    assert "with no forward to check it through: name one op type" in said(refused), refused.shown

@@ -299,6 +299,11 @@ def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]
                 line=line,
             )
             continue
+        if override.mistake is not None:
+            code, message = override.mistake
+            findings.add(code, "warning" if code == "none-gradient" else "error", message, line=line)
+            if code != "none-gradient":
+                continue
         if override.eagerly and not target.graph:
             findings.add(
                 "override-eager",

@@ -162,6 +162,9 @@ class Override:
     registered: bool  # whether a gradient is registered under `gradient`
     where: tuple[str, int] | None = None  # the file and line that entered it
     function: str | None = None  # the name of the function registered under `gradient`
+    #: What calling the registered gradient on an op built under the override showed wrong, as the structure checks
+    #: name it: (code, message), e.g. ("grad-count", "..."); None where nothing was, or it was not called.
+    mistake: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ export interface IProblem {
    * variable-grad-count, none-gradient, not-differentiable, forward-error, grad-error, keyword-input, input-type,
    * grad-structure, nonfinite-output, nonfinite-gradient, fd-mismatch, fd-error, second-order-mismatch,
    * second-order-skipped, graph-unavailable, nondifferentiable-point, autodiff-nonfinite, autodiff-differs,
-   * graph-mismatch, non-resource-variable, closed-over-tensor.
+   * graph-mismatch, non-resource-variable, closed-over-tensor, override-unused, override-unregistered, override-eager.
    */
   code: string;
   severity: Severity;

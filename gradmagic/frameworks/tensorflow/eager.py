@@ -339,15 +339,18 @@ class TensorFlowAdapter(Adapter):
         return self._run(target, layout, "second_order", compute, None, arguments, 2 * (size + 1)).numpy()
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
-        """Trace forward (name scope "forward") and backward ("backward") in one graph and classify its ops."""
+        """Trace forward (name scope "forward") and backward ("backward") in one graph and classify its ops. A
+        composite is traced through its Python function (a `tf.function`'s own ops drawn, not one call of it; its
+        gradient overrides apply in this graph as they do in its own)."""
         skeleton = _skeleton(layout)  # what the compiled function keeps: no input values
+        op = target.raw if target.origin == "composite" else target.op
 
         def traced(inputs, upstreams):
             watched = [inputs[k] for k in skeleton.perturbable]
             with tf.name_scope("forward"):
                 with tf.GradientTape() as tape:
                     tape.watch(watched)
-                    outputs = tf.nest.flatten(building.call(target.op, skeleton, inputs))
+                    outputs = tf.nest.flatten(building.call(op, skeleton, inputs))
             with tf.name_scope("backward"):
                 gradients = tape.gradient(
                     outputs,

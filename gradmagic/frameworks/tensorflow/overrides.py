@@ -61,16 +61,23 @@ def register(name: str, function: Callable) -> bool:
             f"change every {name} op in the process. Register yours under a name of its own and apply it to {name} "
             f"ops with an override: `%%register_gradient {name}` above a def `(op, grad)` does both."
         )
+    if _JOURNALS and name not in _JOURNALS[-1]:
+        _JOURNALS[-1][name] = _REGISTRY._registry.get(name)
     if previous is not None:
         del _REGISTRY._registry[name]
     _REGISTRY.register(function, name)
     return previous is not None
 
 
+#: For each `registering` running, what each name it registered held before (None: nothing), to put back on failure.
+_JOURNALS: list[dict] = []
+
+
 @contextlib.contextmanager
 def registering() -> Iterator[list[tuple[str, Callable, bool]]]:
     """Within: `tf.RegisterGradient(name)` replaces what a notebook registered under `name` before, instead of
-    raising; (name, function, whether it replaced one) for each, as a list filled as they are."""
+    raising; (name, function, whether it replaced one) for each, as a list filled as they are. When the block
+    raises, every registration made inside (`register` too) is undone: the registry is as it was."""
     made: list[tuple[str, Callable, bool]] = []
     original = ops.RegisterGradient.__call__
 
@@ -81,9 +88,18 @@ def registering() -> Iterator[list[tuple[str, Callable, bool]]]:
         return function
 
     ops.RegisterGradient.__call__ = replacing
+    _JOURNALS.append({})
     try:
         yield made
+    except BaseException:
+        for name, entry in _JOURNALS[-1].items():
+            if entry is None:
+                _REGISTRY._registry.pop(name, None)
+            else:
+                _REGISTRY._registry[name] = entry
+        raise
     finally:
+        _JOURNALS.pop()
         ops.RegisterGradient.__call__ = original
 
 
@@ -158,14 +174,20 @@ class _Recorded:
             if self.eagerly:
                 op_callbacks.remove_op_callback(self._noted)
                 types = self.run
-            else:
-                types = [op.type for op in self.graph.get_operations()[self.before :]]
+            built = [] if self.eagerly else self.graph.get_operations()[self.before :]
+            if not self.eagerly:
+                types = [op.type for op in built]
             distinct = tuple(dict.fromkeys(types))
             for op_type, gradient in self.mapping.items():
                 name = function = None
                 if isinstance(gradient, str):
                     function = registered(gradient)
                     name = getattr(function, "__name__", None)
+                first = next((op for op in built if op.type == op_type), None)
+                mistake = None
+                if function is not None and first is not None and exc_info[0] is None:
+                    with self.graph.as_default():
+                        mistake = gradient_mistake(first, function, str(gradient))
                 self.found.append(
                     Override(
                         str(op_type),
@@ -176,6 +198,7 @@ class _Recorded:
                         function is not None,
                         self.where,
                         name,
+                        mistake,
                     )
                 )
 
@@ -196,10 +219,68 @@ def as_built(call: Callable[[], Any], entered: list[Override]) -> tuple[Override
     # Matched by op type and line, not by gradient: the recipe registers a new random name at every call.
     in_graph = {(o.op_type, o.where): o for o in merged(built)}
     return tuple(
-        dataclasses.replace(override, built=found.built, types=found.types) if found is not None else override
+        dataclasses.replace(override, built=found.built, types=found.types, mistake=found.mistake)
+        if found is not None
+        else override
         for override in merged(entered)
         for found in [in_graph.get((override.op_type, override.where))]
     )
+
+
+def gradient_mistake(op, function: Callable, name: str) -> tuple[str, str] | None:
+    """Call the gradient registered as `name` on `op` (an op built under its override) as TensorFlow does, with an
+    upstream gradient of ones for each output, and say what it returns wrong: not one gradient per op input
+    (`grad-count`), a gradient of another shape (`grad-shape`) or dtype (`grad-dtype`) than its input, a gradient for
+    an input that has none (an integer's, `none-gradient`); an error it raises (`grad-error`). None when it is
+    right."""
+    inputs = list(op.inputs)
+    labels = _input_labels(op)
+    called = f"The gradient registered as `{name}`"
+    try:
+        returned = function(op, *[tf.ones_like(output) for output in op.outputs])
+    except Exception as error:  # noqa: BLE001 - the user's gradient function: its failure is the finding
+        return "grad-error", f"{called} raised {type(error).__name__} when called on a {op.type} op: {error}"
+    gradients = list(returned) if isinstance(returned, (list, tuple)) else [returned]
+    if len(gradients) != len(inputs):
+        expected = ", ".join(labels)
+        return (
+            "grad-count",
+            f"{called} returns {len(gradients)} gradient{'s' if len(gradients) != 1 else ''} for a {op.type} op, which "
+            f"has {len(inputs)} input{'s' if len(inputs) != 1 else ''} ({expected}): it must return one per op "
+            "input, in their order (None for an input that gets no gradient).",
+        )
+    for label, tensor, gradient in zip(labels, inputs, gradients):
+        if gradient is None:
+            continue
+        if not (tensor.dtype.is_floating or tensor.dtype.is_complex):
+            return (
+                "none-gradient",
+                f"{called} returns a gradient for `{label}`, a {tensor.dtype.name} input of the {op.type} op, which "
+                "has none: return None for it.",
+            )
+        gradient = tf.convert_to_tensor(gradient)
+        if not gradient.shape.is_compatible_with(tensor.shape):
+            return (
+                "grad-shape",
+                f"{called} returns a gradient of shape {gradient.shape.as_list()} for `{label}` of the {op.type} op, "
+                f"whose shape is {tensor.shape.as_list()}: TensorFlow accepts it here and fails later, far away. "
+                "Sum a broadcast gradient back to the input's shape (tf.reduce_sum, then tf.reshape).",
+            )
+        if gradient.dtype != tensor.dtype:
+            return (
+                "grad-dtype",
+                f"{called} returns a {gradient.dtype.name} gradient for `{label}` of the {op.type} op, a "
+                f"{tensor.dtype.name} input: cast it (tf.cast) to the input's dtype.",
+            )
+    return None
+
+
+def _input_labels(op) -> list[str]:
+    """The names of `op`'s inputs as its op definition gives them (`a`, `b`), numbered where a list input repeats."""
+    names = [argument.name for argument in op.op_def.input_arg]
+    if len(names) == len(op.inputs):
+        return names
+    return [f"input {k}" for k in range(len(op.inputs))]
 
 
 def merged(overrides: list[Override]) -> tuple[Override, ...]:
@@ -237,9 +318,19 @@ class RegisteredGradient:
         self.__name__ = getattr(function, "__name__", name)
         self.__qualname__ = getattr(function, "__qualname__", self.__name__)
         self.__doc__ = getattr(function, "__doc__", None)
-        if forward is not None:  # what `%gradcheck NAME x=...` binds its inputs to: the forward it checks through
-            self.__signature__ = inspect.signature(forward)
         self.checked: Callable | None = None
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """What `%gradcheck NAME x=...` binds its inputs to: the forward it is checked through."""
+        if self.forward is None or not self.op_types:
+            raise ValueError(
+                f"`{self.__name__}` is the gradient registered as `{self.name}` for "
+                f"{' and '.join(self.op_types) or 'no op type'}, with no forward to check it through: name one op "
+                "type on its %%register_gradient line (it is then checked through one op of that type), or define a "
+                "forward in its cell"
+            )
+        return inspect.signature(self.forward)
 
     @property
     def override_map(self) -> dict[str, str]:
