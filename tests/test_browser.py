@@ -497,3 +497,40 @@ def test_recheck_all_runs_every_custom_gradient_cell_and_nothing_else(checked, e
     wait_for_prompt(page, 3, 7)
     prompts = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-prompt")
     assert "[1]" in prompts.nth(0).inner_text() and "[5]" in prompts.nth(1).inner_text()
+
+
+# Issue 32: a registered gradient's report (its registration said first) and an override that did nothing.
+REGISTERED_CELLS = [
+    "%load_ext gradmagic\nimport numpy as np\nimport tensorflow as tf",
+    "%%register_gradient PyFunc --check x=tf.constant([1., 2., 3.])\n"
+    "def square_grad(op, grad):\n    return grad * op.inputs[0]\n\n"
+    "def py_square(x):\n    return tf.numpy_function(np.square, [x], tf.float32)",
+    '@tf.RegisterGradient("HalfMatMul")\ndef half(op, grad):\n    a, b = op.inputs\n'
+    "    return tf.matmul(grad, b, transpose_b=True), tf.matmul(a, grad, transpose_a=True)\n\n"
+    "@tf.function\ndef product(a, b):\n"
+    '    with tf.compat.v1.get_default_graph().gradient_override_map({"Matmul": "HalfMatMul"}):\n'
+    "        return tf.matmul(a, b)",
+    "%gradcheck product a=tf.ones([2, 3]) b=tf.ones([3, 2])",
+]
+
+
+@pytest.mark.parametrize("ui", ["lab", "notebook7"])
+def test_registered_gradient_reports_read_in_jupyterlab_and_notebook_7(browser, lab, folders, page, ui):
+    root, _ = folders
+    name = f"registered-{ui}.ipynb"
+    write_notebook(root / name, REGISTERED_CELLS)
+    (open_notebook if ui == "lab" else open_in_notebook7)(page, lab, name)
+    for cell in range(4):
+        run_cell(page, cell, cell + 1)
+    wrong = output_of(page, 1).locator(".jp-gradmagic-report")
+    wrong.wait_for(timeout=TIMEOUT)
+    assert wrong.locator(".jp-gradmagic-badge").inner_text().lower() == "fails"
+    assert "dx is 0.5 times the finite differences at every element" in " ".join(wrong.inner_text().split())
+    notes = " ".join(open_section(wrong, "notes").inner_text().split())  # what the magic did, in the notes
+    assert "registered as square_grad for PyFunc ops" in notes.replace("`", ""), notes
+    at_widths(page, wrong, f"{ui}-registered-py-func")
+    unused = output_of(page, 3).locator(".jp-gradmagic-report")
+    unused.wait_for(timeout=TIMEOUT)
+    text = " ".join(unused.inner_text().split())
+    assert "did nothing" in text and "MatMul" in text, text
+    at_widths(page, unused, f"{ui}-override-unused")

@@ -9,8 +9,6 @@ gradient (a factor of 1.1). In a real IPython shell, in TensorFlow 2's `tf.funct
 fresh Python, see test_tf1_graph.py) and in a real Jupyter kernel.
 """
 
-import warnings
-
 import tensorflow as tf
 from conftest import codes, problem
 from IPython.core.error import UsageError
@@ -82,15 +80,16 @@ def test_a_wrong_registered_gradient_of_a_python_forward_fails_and_the_forward_g
     assert "1.1 times" in problem(report, "fd-mismatch").message
     fixed = nb.ok(PY_FUNC_CELL.format(factor=2.0))
     assert fixed.result.result.verdict == "pass", fixed.stdout
-    used = nb.ok(  # the bound forward applies the gradient inside a tf.function
-        "x = tf.constant([3.0], tf.float64)\nwith tf.GradientTape() as tape:\n    tape.watch(x)\n"
-        "    y = tf.function(square)(x)\nprint('gradient', tape.gradient(y, x).numpy().tolist())"
+    # The bound forward applies it wherever it is called: eagerly under a tape, and inside a training step's
+    # tf.function with its tape inside, where an override entered in the step itself would do nothing.
+    used = nb.ok(
+        "x = tf.constant([3.0], tf.float64)\nwith tf.GradientTape() as tape:\n    tape.watch(x)\n    y = square(x)\n"
+        "print('eager', tape.gradient(y, x).numpy().tolist())\n"
+        "@tf.function\ndef step(x):\n    with tf.GradientTape() as tape:\n        tape.watch(x)\n"
+        "        y = square(x)\n    return tape.gradient(y, x)\n"
+        "print('step', step(x).numpy().tolist())"
     )
-    assert "gradient [6.0]" in used.stdout, used.shown
-    with warnings.catch_warnings(record=True) as caught:  # eagerly it runs as written, and says no override applies
-        warnings.simplefilter("always")
-        nb.ns["square"](tf.constant([1.0], tf.float64))
-    assert any("eager mode has no gradient overrides" in str(w.message) for w in caught), caught
+    assert "eager [6.0]" in used.stdout and "step [6.0]" in used.stdout, used.shown
 
 
 def test_the_pasted_recipe_with_its_random_names_is_checked_in_a_tf_function(nb):
@@ -279,3 +278,55 @@ def test_a_failing_cell_leaves_the_registry_and_the_notebook_as_they_were(nb):
     assert "for no op type yet" in said(lonely)
     refused = nb.fails("%gradcheck lonely x=tf.constant([1.0])", UsageError)
     assert "with no forward to check it through: name one op type" in said(refused), refused.shown
+
+
+# Gradient clipping as TensorFlow 1 code wrote it: the op type comes from the cell's own override map.
+CLIP_CELL = """%%register_gradient --surrogate --check x=tf.constant([3., -4., 0.05], tf.float64)
+@tf.RegisterGradient("ClipGradIdentity")
+def _clip_grad(unused_op, grad):
+    return tf.clip_by_value(grad, -0.1, 0.1)
+
+def clip_layer(x):
+    g = tf.compat.v1.get_default_graph()
+    with g.gradient_override_map({"Identity": "ClipGradIdentity"}):
+        return tf.identity(x)
+"""
+
+
+def test_the_op_types_of_a_pasted_cell_come_from_its_own_override_map(nb):
+    run = nb.ok(CLIP_CELL)
+    report = run.result.result
+    assert nb.ns["_clip_grad"].op_types == ("Identity",), nb.ns["_clip_grad"]
+    assert report.verdict == "surrogate" and "gradient clipping" in problem(report, "surrogate-differs").message
+    assert "clip_layer(x) surrogate gradient (declared)" in said(run), run.stdout
+
+
+def test_a_py_function_forward_with_an_override_of_its_own_gradient(nb):
+    nb.ok(
+        "%%register_gradient EagerPyFunc --check x=tf.constant([0.5, 1.0, 2.0], tf.float64)\n"
+        "def exp_grad(op, grad):\n    return grad * tf.exp(op.inputs[0]) * 1.01\n\n"
+        "def py_exp(x):\n    return tf.py_function(lambda v: tf.exp(v), [x], tf.float64)\n"
+    )
+    report = nb.ns["_"] if "_" in nb.ns else None
+    again = nb.ok("%gradcheck exp_grad")
+    assert "1.01 times the finite differences" in said(again), again.stdout
+    assert report is not None
+
+
+def test_bad_cells_say_what_is_wrong(nb):
+    empty = nb.fails("%%register_gradient Sign\nx = 1\n", UsageError)
+    assert "defines no gradient function" in said(empty) and "(op, grad)" in said(empty), empty.shown
+    syntax = nb.fails("%%register_gradient Sign\ndef g(op, grad)\n    return grad\n", UsageError)
+    assert "SyntaxError" in said(syntax) and "line 2" in said(syntax), syntax.shown
+    several = nb.fails(
+        "%%register_gradient Sign --check x=tf.constant([1.0])\n"
+        "def g(op, grad):\n    return grad\n\ndef f(x):\n    return tf.sign(x)\n\ndef h(x):\n    return tf.sign(x)\n",
+        UsageError,
+    )
+    assert "`--forward NAME`" in said(several) and "nothing was (re)registered" in said(several).lower()
+    assert "g" not in nb.ns and "f" not in nb.ns
+    chosen = nb.ok(
+        "%%register_gradient Sign --forward h --surrogate --check x=tf.constant([1.0, -2.0])\n"
+        "def g(op, grad):\n    return grad\n\ndef f(x):\n    return tf.sign(x)\n\ndef h(x):\n    return tf.sign(x)\n"
+    )
+    assert "h(x) surrogate gradient (declared)" in said(chosen), chosen.stdout

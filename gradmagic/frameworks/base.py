@@ -91,6 +91,9 @@ class Target:
     #: The op builds a graph where the user calls it (a `tf.function`; TensorFlow 1's graph mode): gradient overrides
     #: entered while it runs apply there.
     graph: bool = False
+    #: A composite whose ops take gradients registered for their op types (gradient overrides): its gradient is
+    #: taken where the framework applies them.
+    overrides: bool = False
 
     def outputs_of(self, result: Any) -> Any:
         """The outputs in what `raw` returned."""
@@ -391,6 +394,7 @@ class Adapter(abc.ABC):
         named: Callable | None = None,
         without_custom=None,
         graph: bool = False,
+        overrides: bool = False,
     ) -> Target:
         named = named or raw
         try:
@@ -399,7 +403,8 @@ class Adapter(abc.ABC):
             signature = None
         code = getattr(_innermost(named), "__code__", None)
         name = _name_of(named)
-        return Target(raw, op, origin, name, signature, code.co_filename if code else None, without_custom, graph)
+        filename = code.co_filename if code else None
+        return Target(raw, op, origin, name, signature, filename, without_custom, graph, overrides)
 
     @abc.abstractmethod
     def _unwrap(self, op: Callable) -> tuple[Callable, str] | None:

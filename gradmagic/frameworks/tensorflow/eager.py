@@ -118,7 +118,7 @@ class TensorFlowAdapter(Adapter):
         python = _composite.python_function(function)
         graph = python is not function
         op = _composite.in_graph(function) if overrides and not graph else function
-        return self._target(python, op, "composite", python, _composite.without_custom(python), graph)
+        return self._target(python, op, "composite", python, _composite.without_custom(python), graph, overrides)
 
     # -- values ---------------------------------------------------------------------------------------------------
 
@@ -340,8 +340,9 @@ class TensorFlowAdapter(Adapter):
 
     def gradient_graph(self, target: Target, layout: Layout, upstreams: list, arguments: list) -> RawGraph:
         """Trace forward (name scope "forward") and backward ("backward") in one graph and classify its ops. A
-        composite is traced through its Python function (a `tf.function`'s own ops drawn, not one call of it; its
-        gradient overrides apply in this graph as they do in its own)."""
+        composite is traced through its Python function (a `tf.function`'s own ops drawn, not one call of it), and
+        one whose ops take overridden gradients differentiated by TensorFlow's graph gradients (`tf.gradients`),
+        which apply overrides as the gradient of its `tf.function` does (a tape inside one graph ignores them)."""
         skeleton = _skeleton(layout)  # what the compiled function keeps: no input values
         op = target.raw if target.origin == "composite" else target.op
 
@@ -352,12 +353,15 @@ class TensorFlowAdapter(Adapter):
                     tape.watch(watched)
                     outputs = tf.nest.flatten(building.call(op, skeleton, inputs))
             with tf.name_scope("backward"):
-                gradients = tape.gradient(
-                    outputs,
-                    watched + list(skeleton.variables),
-                    output_gradients=upstreams,
-                    unconnected_gradients=tf.UnconnectedGradients.ZERO,
-                )
+                sources = watched + list(skeleton.variables)
+                if target.overrides:
+                    gradients = tf.gradients(
+                        outputs, sources, grad_ys=upstreams, unconnected_gradients=tf.UnconnectedGradients.ZERO
+                    )
+                else:
+                    gradients = tape.gradient(
+                        outputs, sources, output_gradients=upstreams, unconnected_gradients=tf.UnconnectedGradients.ZERO
+                    )
             return outputs, gradients
 
         concrete = self._compiled(target, layout, "gradient_graph", traced).get_concrete_function(

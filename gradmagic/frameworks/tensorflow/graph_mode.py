@@ -122,7 +122,7 @@ class TensorFlowGraphAdapter(TensorFlowAdapter):
         functions that call custom-gradient ops are checked as those ops here, not as composites."""
         if not overrides:
             return None
-        return self._target(function, function, "composite", function, composite.without_custom(function), True)
+        return self._target(function, function, "composite", function, composite.without_custom(function), True, True)
 
     def assign(self, variable: Any, value: np.ndarray) -> None:
         raise NotImplementedError("graph mode: the user's variables hold their values in the user's session")

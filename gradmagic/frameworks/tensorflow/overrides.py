@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import inspect
 import sys
-import warnings
 from typing import Any, Callable, Iterator
 
 import tensorflow as tf
@@ -30,10 +29,6 @@ _REGISTRY = ops._gradient_registry  # what tf.RegisterGradient writes and gradie
 #: The op types whose ops call into Python: an override of one applies a gradient to a Python forward (the "py_func
 #: with gradient" recipe). `tf.numpy_function` builds `PyFunc` (stateful, its default) or `PyFuncStateless`.
 PYTHON_FUNCTION_TYPES = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
-
-
-class GradientOverrideWarning(UserWarning):
-    """A gradient override where TensorFlow applies none: ops running eagerly (TensorFlow 2's default)."""
 
 
 # -- the registry --------------------------------------------------------------------------------------------------
@@ -174,7 +169,8 @@ class _Recorded:
             if self.eagerly:
                 op_callbacks.remove_op_callback(self._noted)
                 types = self.run
-            built = [] if self.eagerly else self.graph.get_operations()[self.before :]
+            # Ops without inputs (constants, placeholders, captured values) take no gradient: no override is for them.
+            built = [] if self.eagerly else [op for op in self.graph.get_operations()[self.before :] if op.inputs]
             if not self.eagerly:
                 types = [op.type for op in built]
             distinct = tuple(dict.fromkeys(types))
@@ -361,8 +357,7 @@ def bound(name: str, function: Callable, op_types: tuple[str, ...], forward: Cal
         forward = primitive(op_types[0])
     gradient = RegisteredGradient(name, function, op_types, forward, replaced)
     if forward is not None and op_types:
-        applied = applying(forward, gradient)
-        gradient.checked = tf.function(applied) if tf.executing_eagerly() else applied
+        gradient.checked = applying(forward, gradient)
     return gradient
 
 
@@ -382,12 +377,11 @@ def describe(gradient: RegisteredGradient, forward: str | None) -> str:
             f"`gradient_override_map({{'OpType': {gradient.name!r}}})`, or name the op types on the magic line."
             + replaced
         )
-    applied = f" `{forward}` is bound with it applied." if forward else ""
+    applied = f" `{forward}` is bound with it applied, wherever it is called." if forward else ""
     return (
-        f"`{function}` is registered as `{gradient.name}` for {types} ops: `with {function}:` inside a tf.function "
-        f"or in TensorFlow 1's graph mode applies it (`{function}.override_map` is {gradient.override_map})."
-        + applied
-        + replaced
+        f"`{function}` is registered as `{gradient.name}` for {types} ops. `with {function}:` applies it to the ops "
+        f"built in the block inside a tf.function whose gradient is taken outside it, or in TensorFlow 1's graph "
+        f"mode (`{function}.override_map` is {gradient.override_map})." + applied + replaced
     )
 
 
@@ -402,18 +396,19 @@ def eager_message(name: str, op_types: tuple[str, ...], bound: str) -> str:
     return (
         f"TensorFlow 2's eager mode has no gradient overrides: ops run as they are called and take their op type's own "
         f"gradient, so the gradient registered as `{name}` cannot apply to {types} ops here. Build them inside a "
-        f"tf.function (`@tf.function`, where `with {bound}:` applies it) or in TensorFlow 1's graph mode."
+        f"tf.function whose gradient is taken outside it (a tape around its call: a tape inside the same tf.function "
+        f"ignores overrides too), where `with {bound}:` applies it, or in TensorFlow 1's graph mode."
     )
 
 
 def applying(function: Callable, gradient: RegisteredGradient) -> Callable:
-    """`function` with its ops built under `gradient`'s override (called where ops run eagerly, it runs as written,
-    and warns once that no override applies there)."""
+    """`function` with its ops built under `gradient`'s override, where TensorFlow applies it wherever it is called:
+    in TensorFlow 2 a `tf.function` (its gradient, taken from outside it by a tape around its call or by the
+    enclosing function's, is built by TensorFlow's graph gradients, which apply overrides; a tape inside one graph
+    ignores them), in TensorFlow 1's graph mode the function itself (`tf.gradients` applies them)."""
 
     def applied(*args, **kwargs):
-        if tf.executing_eagerly() and not _RECORDING:
-            message = eager_message(gradient.name, gradient.op_types, gradient.__name__)
-            warnings.warn(message, GradientOverrideWarning, stacklevel=2)
+        if tf.executing_eagerly() and not _RECORDING:  # its Python function, run eagerly: no override applies
             return function(*args, **kwargs)
         with tf.compat.v1.get_default_graph().gradient_override_map(gradient.override_map):
             return function(*args, **kwargs)
@@ -421,7 +416,7 @@ def applying(function: Callable, gradient: RegisteredGradient) -> Callable:
     for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
         setattr(applied, attribute, getattr(function, attribute, None))
     applied.__wrapped__ = function  # type: ignore[attr-defined]  # inspect.signature follows it
-    return applied
+    return tf.function(applied) if tf.executing_eagerly() else applied
 
 
 def primitive(op_type: str) -> Callable:

@@ -73,7 +73,8 @@ TENSORFLOW = TensorFlowWording(
     "once per run of the forward: a second one, as every row of a Jacobian is, fails with `KeyError: b'pyfunc_N'`",
     override="gradient_override_map",
     registers="tf.RegisterGradient",
-    override_scope="where ops are built into a graph: inside tf.function, or in TensorFlow 1's graph mode",
+    override_scope="to the gradient TensorFlow takes of a graph: a tf.function's, taken outside it (a tape around its "
+    "call; a tape inside the same tf.function ignores overrides), or tf.gradients in TensorFlow 1's graph mode",
     variable_input="tf.custom_gradient reads a tf.Variable input into a tensor of its value before the forward runs",
     kin=(
         (
