@@ -86,6 +86,28 @@ def _check_arguments(magic):
     return magic
 
 
+def _cell_check_arguments(check_help: str):
+    """--check ARG=EXPR (repeatable, `check_help` saying what is called), --no-check and --quiet, shared by the cell
+    magics that define something and check it."""
+
+    def decorate(magic):
+        magic = magic_arguments.argument(
+            "--quiet", action="store_true", default=None, help="Display nothing when the cell's check passes."
+        )(magic)
+        magic = magic_arguments.argument(
+            "--no-check",
+            dest="run_check",
+            action="store_false",
+            default=None,
+            help="Do not check at the example inputs (they are still kept for %%gradcheck).",
+        )(magic)
+        return magic_arguments.argument(
+            "--check", dest="examples", action="append", default=[], metavar="ARG=EXPR", help=check_help
+        )(magic)
+
+    return decorate
+
+
 def _op_arguments(magic):
     """OP and its example inputs, ARG=EXPR ..., of the line magics that take an op of the notebook."""
     magic = magic_arguments.argument(
@@ -157,27 +179,9 @@ class GradientMagics(Magics):
         help="NAME: the def to decorate when the cell defines several. NAME(PARAMS): the signature; "
         "the cell is then the function's body.",
     )
-    @magic_arguments.argument(
-        "--check",
-        dest="examples",
-        action="append",
-        default=[],
-        metavar="ARG=EXPR",
-        help="An example input (repeat for each parameter): EXPR is a Python expression evaluated in "
-        "the notebook, spaces allowed. The op is called on these inputs right away.",
-    )
-    @magic_arguments.argument(
-        "--no-check",
-        dest="run_check",
-        action="store_false",
-        default=None,
-        help="Do not call the op on the example inputs (they are still kept for %%gradcheck).",
-    )
-    @magic_arguments.argument(
-        "--quiet",
-        action="store_true",
-        default=None,
-        help="Display nothing when the op is defined and its check passes.",
+    @_cell_check_arguments(
+        "An example input (repeat for each parameter): EXPR is a Python expression evaluated in the notebook, spaces "
+        "allowed. The op is called on these inputs right away."
     )
     @magic_arguments.argument(
         "--keras",
@@ -354,30 +358,15 @@ class GradientMagics(Magics):
         help="The op types the gradient applies to, as TensorFlow spells them (`op.type`: Sign, Round, Identity, "
         "MatMul, PyFunc); default: those the cell's own gradient_override_map maps to it.",
     )
-    @magic_arguments.argument(
-        "--check",
-        dest="examples",
-        action="append",
-        default=[],
-        metavar="ARG=EXPR",
-        help="An example input (repeat for each): the registered gradient is checked right away, through the cell's "
-        "forward def, or without one through one op of OP_TYPE (its inputs named as in tf.raw_ops.OP_TYPE).",
+    @_cell_check_arguments(
+        "An example input (repeat for each): the registered gradient is checked right away, through the cell's "
+        "forward def, or without one through one op of OP_TYPE (its inputs named as in tf.raw_ops.OP_TYPE)."
     )
     @magic_arguments.argument(
         "--forward", metavar="NAME", help="The cell's def the check calls, when the cell defines several."
     )
     @magic_arguments.argument(
         "--name", metavar="NAME", help="The name to register a plain def under (default: the def's own)."
-    )
-    @magic_arguments.argument(
-        "--no-check",
-        dest="run_check",
-        action="store_false",
-        default=None,
-        help="Do not check at the example inputs (they are still kept for %%gradcheck).",
-    )
-    @magic_arguments.argument(
-        "--quiet", action="store_true", default=None, help="Display nothing when the check passes."
     )
     @_check_arguments
     @no_var_expand
@@ -396,17 +385,20 @@ class GradientMagics(Magics):
 
         Running the cell again replaces the registration (TensorFlow alone
         raises "Registering two gradient with name ..."). The def's name is
-        bound to the registered gradient: `with ste:` inside a tf.function or
-        in TensorFlow 1's graph mode applies it to the OP_TYPE ops built in the
-        block (TensorFlow's gradient_override_map; `ste.override_map` is the
-        map). TensorFlow 2's eager mode has no overrides: `with ste:` there
-        raises, saying so.
+        bound to the registered gradient: `with ste:` applies it to the
+        OP_TYPE ops built in the block (TensorFlow's gradient_override_map;
+        `ste.override_map` is the map) where TensorFlow applies overrides: in
+        a tf.function whose gradient is taken outside it (a tape around its
+        call; a tape inside the same tf.function ignores overrides), or in
+        TensorFlow 1's graph mode. TensorFlow 2's eager mode has none: `with
+        ste:` there raises, saying so.
 
         OP_TYPE defaults to the op types the cell's own
         `gradient_override_map({...})` maps to the gradient. A forward def in
         the cell (a function of tensors, `tf.numpy_function` inside for the
-        "py_func with gradient" recipe) is bound with the override applied
-        where it builds a graph, and --check calls it; without one, --check
+        "py_func with gradient" recipe) is bound as a tf.function with the
+        override applied, which works wherever it is called (eagerly, in a
+        training step), and --check calls it; without one, --check
         calls one OP_TYPE op, its inputs named as tf.raw_ops.OP_TYPE's
         (`--check x=...` for Sign, `--check a=... --check b=...` for MatMul).
 

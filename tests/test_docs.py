@@ -31,6 +31,7 @@ def documented_flags(text: str) -> set[str]:
     "magic, page",
     [
         ("custom_gradient", "magics.md"),
+        ("register_gradient", "magics.md"),
         ("gradcheck", "magics.md"),
         ("gradgraph", "magics.md"),
         ("gradwatch", "watch.md"),
@@ -42,7 +43,8 @@ def test_every_option_of_each_magic_is_documented(magic, page):
 
 
 def test_every_option_the_magics_documentation_names_exists():
-    known = set().union(*(flags_of(magic) for magic in ("custom_gradient", "gradcheck", "gradgraph", "gradwatch")))
+    magics = ("custom_gradient", "register_gradient", "gradcheck", "gradgraph", "gradwatch")
+    known = set().union(*(flags_of(magic) for magic in magics))
     for page in ("magics.md", "watch.md"):
         unknown = documented_flags((DOCS / page).read_text()) - known
         assert not unknown, f"docs/{page} names options no magic has: {sorted(unknown)}"
