@@ -94,6 +94,8 @@ def forward_of(cell: GradientCell, chosen: str | None, names: list[str], namespa
         return chosen
     if len(forwards) <= 1:
         return forwards[0] if forwards else None
+    if not names:  # nothing to call it with: none is chosen (a cell of helpers, checked later with --forward)
+        return None
     fitting = [name for name in forwards if _takes(namespace.get(name), names)]
     if len(fitting) == 1:
         return fitting[0]

@@ -330,3 +330,9 @@ def test_bad_cells_say_what_is_wrong(nb):
         "def g(op, grad):\n    return grad\n\ndef f(x):\n    return tf.sign(x)\n\ndef h(x):\n    return tf.sign(x)\n"
     )
     assert "h(x) surrogate gradient (declared)" in said(chosen), chosen.stdout
+    helpers = nb.ok(  # without --check nothing needs choosing: the gradient is checked later through one Sign op
+        "%%register_gradient Sign\ndef g2(op, grad):\n    return grad\n\ndef f2(x):\n    return tf.sign(x)\n\n"
+        "def h2(x):\n    return tf.sign(x)\n"
+    )
+    assert nb.ns["g2"].op_types == ("Sign",) and "registered as `g2` for Sign ops" in said(helpers), helpers.stdout
+    assert "Sign(x) surrogate gradient" in said(nb.ok("%gradcheck g2 x=tf.constant([1.0, -2.0]) --surrogate"))

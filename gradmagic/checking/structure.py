@@ -285,7 +285,7 @@ def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]
         written = f"`{wording.override}({{{override.op_type!r}: {override.gradient!r}}})`"
         line = override.where[1] if override.where and override.where[0] == target.filename else None
         if not override.built:
-            message = _unused(written, override, wording)
+            message = _unused(written, override)
             findings.add("override-unused", "info" if override.where in used_lines else "error", message, line=line)
             continue
         if not override.registered:
@@ -318,7 +318,7 @@ def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]
     return applied
 
 
-def _unused(written: str, override: Override, wording) -> str:
+def _unused(written: str, override: Override) -> str:
     """Why an override applied to no op: what was built under it, and the op type probably meant."""
     types = [name for name in override.types if name != override.op_type]
     if not types:

@@ -3,9 +3,11 @@
 
 TensorFlow's gradient registry is global and refuses a name twice ("Registering two gradient with name 'STE'"), so a
 notebook cell that registers one cannot run again; `register` replaces a registration a notebook (or gradmagic) made,
-never one of TensorFlow's own. An override applies only where ops are built into a graph (`tf.function`, TensorFlow
-1's graph mode), to ops of exactly the op type it names, in the graph it was entered on: one keyed on a type the
-graph never builds (`Matmul` for `MatMul`), or entered where ops run eagerly, does nothing, without a word.
+never one of TensorFlow's own. An override marks the ops of exactly the op type it names built in the graph it was
+entered on, and only TensorFlow's graph gradients read the mark: `tf.gradients` (TensorFlow 1), and the gradient of a
+`tf.function` taken from outside it (a tape around its call, or the enclosing function's); a `GradientTape` inside
+the same graph ignores it (measured with TensorFlow 2.21). One keyed on a type the graph never builds (`Matmul` for
+`MatMul`), or entered where ops run eagerly, does nothing, without a word.
 `recording` notes every override a forward enters and what was built under it (`Override`); `bypassed` leaves them
 out (the forward with the op types' own gradients, autodiff's reference); `RegisteredGradient` is what
 `%%register_gradient` binds in the notebook.
@@ -26,9 +28,6 @@ from gradmagic.frameworks.base import Override
 from gradmagic.frameworks.tensorflow.tracing import TENSORFLOW_FILES
 
 _REGISTRY = ops._gradient_registry  # what tf.RegisterGradient writes and gradients read (`ops.get_gradient_function`)
-#: The op types whose ops call into Python: an override of one applies a gradient to a Python forward (the "py_func
-#: with gradient" recipe). `tf.numpy_function` builds `PyFunc` (stateful, its default) or `PyFuncStateless`.
-PYTHON_FUNCTION_TYPES = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 
 
 # -- the registry --------------------------------------------------------------------------------------------------
@@ -122,8 +121,8 @@ def recording() -> Iterator[list[Override]]:
         ops.Graph.gradient_override_map = original
 
 
-#: How many `recording`s and `bypassed`s are running (a check's): the override a forward enters eagerly is then
-#: entered (and noted) as it would be in a graph, not refused, and no warning is given.
+#: How many `recording`s and `bypassed`s are running (a check's): an override a forward enters eagerly (a
+#: `tf.function`'s Python function, run eagerly by the check) is then entered and noted as in a graph, not refused.
 _RECORDING = 0
 
 
@@ -297,8 +296,8 @@ def merged(overrides: list[Override]) -> tuple[Override, ...]:
 class RegisteredGradient:
     """A gradient function registered for op types, as `%%register_gradient` binds it in the notebook.
 
-    Called, it is the gradient function `(op, *grads)`. `with it:` applies it, inside `tf.function` or in TensorFlow
-    1's graph mode, to the ops of its op types built in the block (TensorFlow's `gradient_override_map`);
+    Called, it is the gradient function `(op, *grads)`. `with it:` applies it to the ops of its op types built in the
+    block (TensorFlow's `gradient_override_map`), where TensorFlow applies overrides (see the module's docstring);
     `it.override_map` is that map, for code that enters it itself; `it.forward` is the function its check calls (the
     cell's forward, or the op type's own op), its ops built under the override.
     """
