@@ -522,15 +522,15 @@ def test_registered_gradient_reports_read_in_jupyterlab_and_notebook_7(browser, 
     (open_notebook if ui == "lab" else open_in_notebook7)(page, lab, name)
     for cell in range(4):
         run_cell(page, cell, cell + 1)
-    wrong = output_of(page, 1).locator(".jp-gradmagic-report")
-    wrong.wait_for(timeout=TIMEOUT)
+    wrong = output_of(page, 1).locator(".jp-gradmagic-widget .jp-gradmagic-report")
+    wrong.locator(".jp-gradmagic-badge.jp-gradmagic-fail").wait_for(timeout=TIMEOUT)  # the view drawn, not only begun
     assert wrong.locator(".jp-gradmagic-badge").inner_text().lower() == "fails"
     assert "dx is 0.5 times the finite differences at every element" in " ".join(wrong.inner_text().split())
     notes = " ".join(open_section(wrong, "notes").inner_text().split())  # what the magic did, in the notes
     assert "registered as square_grad for PyFunc ops" in notes.replace("`", ""), notes
     at_widths(page, wrong, f"{ui}-registered-py-func")
-    unused = output_of(page, 3).locator(".jp-gradmagic-report")
-    unused.wait_for(timeout=TIMEOUT)
+    unused = output_of(page, 3).locator(".jp-gradmagic-widget .jp-gradmagic-report")
+    unused.locator(".jp-gradmagic-badge.jp-gradmagic-fail").wait_for(timeout=TIMEOUT)
     text = " ".join(unused.inner_text().split())
     assert "did nothing" in text and "MatMul" in text, text
     at_widths(page, unused, f"{ui}-override-unused")
