@@ -336,3 +336,14 @@ def test_bad_cells_say_what_is_wrong(nb):
     )
     assert nb.ns["g2"].op_types == ("Sign",) and "registered as `g2` for Sign ops" in said(helpers), helpers.stdout
     assert "Sign(x) surrogate gradient" in said(nb.ok("%gradcheck g2 x=tf.constant([1.0, -2.0]) --surrogate"))
+
+
+def test_the_whole_recipe_pasted_under_the_magic_is_checked_through_its_forward(nb):
+    cell = "%%register_gradient --check x=tf.constant([1., 2., 3.], tf.float64)\n" + RECIPE
+    for factor, verdict in (("3.3", "fail"), ("3", "pass")):  # run twice: the registration is replaced
+        report = nb.ok(cell.replace("FACTOR", factor)).result.result
+        assert report.verdict == verdict, report
+        assert nb.ns["_cube_grad"].op_types == ("PyFunc", "PyFuncStateless")
+        assert not [p for p in report.problems if p.code == "override-unused" and p.severity == "error"], report
+    again = nb.ok("%gradcheck _cube_grad")  # through its forward, at the cell's inputs
+    assert again.result.result.verdict == "pass", again.stdout

@@ -280,10 +280,12 @@ def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]
     applied = []
     # An override map that applied one of its keys may well list others for other ops (the recipe's `PyFunc` and
     # `PyFuncStateless`): those are said, not failed.
-    used_lines = {override.where for override in overrides if override.built}
+    used_lines = {override.where for override in overrides if override.built or override.superseded}
     for override in overrides:
         written = f"`{wording.override}({{{override.op_type!r}: {override.gradient!r}}})`"
         line = override.where[1] if override.where and override.where[0] == target.filename else None
+        if not override.built and override.superseded:  # an override inside it, of the same type, applies instead
+            continue
         if not override.built:
             message = _unused(written, override)
             findings.add("override-unused", "info" if override.where in used_lines else "error", message, line=line)

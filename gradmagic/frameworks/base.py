@@ -168,6 +168,9 @@ class Override:
     #: What calling the registered gradient on an op built under the override showed wrong, as the structure checks
     #: name it: (code, message), e.g. ("grad-count", "..."); None where nothing was, or it was not called.
     mistake: tuple[str, str] | None = None
+    #: Ops of `op_type` built under it that an override of the same type entered inside it took instead (the
+    #: innermost applies): not counted in `built`.
+    superseded: int = 0
 
 
 @dataclass(frozen=True)

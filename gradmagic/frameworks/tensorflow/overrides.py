@@ -108,9 +108,13 @@ def recording() -> Iterator[list[Override]]:
     found: list[Override] = []
     original = ops.Graph.gradient_override_map
 
+    # (graph, op name, op type) of ops an inner override of their type took; (graph, op name, None) of the ops built
+    # by calling a registered gradient to check it.
+    claimed: set = set()
+
     def recorded(graph, op_type_map):
         caller = sys._getframe(1)
-        return _Recorded(original(graph, op_type_map), graph, dict(op_type_map), caller, found)
+        return _Recorded(original(graph, op_type_map), graph, dict(op_type_map), caller, found, claimed)
 
     ops.Graph.gradient_override_map = recorded
     _RECORDING += 1
@@ -143,8 +147,8 @@ def bypassed() -> Iterator[None]:
 class _Recorded:
     """One override, entered: TensorFlow's own context, and what was built under it noted when it ends."""
 
-    def __init__(self, context, graph, mapping: dict, caller, found: list):
-        self.context, self.graph, self.mapping, self.found = context, graph, mapping, found
+    def __init__(self, context, graph, mapping: dict, caller, found: list, claimed: set):
+        self.context, self.graph, self.mapping, self.found, self.claimed = context, graph, mapping, found, claimed
         self.where = (caller.f_code.co_filename, caller.f_lineno)
         self.eagerly = False
         self.before = 0
@@ -170,9 +174,18 @@ class _Recorded:
                 types = self.run
             # Ops without inputs (constants, placeholders, captured values) take no gradient: no override is for them.
             built = [] if self.eagerly else [op for op in self.graph.get_operations()[self.before :] if op.inputs]
+            built = [op for op in built if (id(self.graph), op.name, None) not in self.claimed]  # a check's own ops
             if not self.eagerly:
                 types = [op.type for op in built]
             distinct = tuple(dict.fromkeys(types))
+            # An op built under nested overrides of its type takes the innermost one's gradient (TensorFlow's map is
+            # replaced inside): the outer override does not count it.
+            taken = [op.type for op in built if (id(self.graph), op.name, op.type) in self.claimed]
+            built = [op for op in built if (id(self.graph), op.name, op.type) not in self.claimed]
+            types = types if self.eagerly else [op.type for op in built]
+            for op in built:
+                if op.type in self.mapping:
+                    self.claimed.add((id(self.graph), op.name, op.type))
             for op_type, gradient in self.mapping.items():
                 name = function = None
                 if isinstance(gradient, str):
@@ -181,8 +194,11 @@ class _Recorded:
                 first = next((op for op in built if op.type == op_type), None)
                 mistake = None
                 if function is not None and first is not None and exc_info[0] is None:
+                    before = len(self.graph.get_operations())
                     with self.graph.as_default():
                         mistake = gradient_mistake(first, function, str(gradient))
+                    # The gradient's ops, built here, are none of the forward's: an enclosing override skips them.
+                    self.claimed.update((id(self.graph), op.name, None) for op in self.graph.get_operations()[before:])
                 self.found.append(
                     Override(
                         str(op_type),
@@ -194,6 +210,7 @@ class _Recorded:
                         self.where,
                         name,
                         mistake,
+                        taken.count(op_type),
                     )
                 )
 
@@ -214,7 +231,9 @@ def as_built(call: Callable[[], Any], entered: list[Override]) -> tuple[Override
     # Matched by op type and line, not by gradient: the recipe registers a new random name at every call.
     in_graph = {(o.op_type, o.where): o for o in merged(built)}
     return tuple(
-        dataclasses.replace(override, built=found.built, types=found.types, mistake=found.mistake)
+        dataclasses.replace(
+            override, built=found.built, types=found.types, mistake=found.mistake, superseded=found.superseded
+        )
         if found is not None
         else override
         for override in merged(entered)
