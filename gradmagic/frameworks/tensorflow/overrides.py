@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import inspect
 import sys
 from typing import Any, Callable, Iterator
@@ -478,11 +479,5 @@ def unknown_type_message(op_type: str) -> str:
 
 def close_types(op_type: str, types: list[str] | tuple[str, ...]) -> list[str]:
     """The op types among `types` that `op_type` was probably meant to be (its case or a letter off)."""
-    import difflib
-
     same = [name for name in types if name.lower() == op_type.lower() and name != op_type]
     return same or difflib.get_close_matches(op_type, types, n=2, cutoff=0.8)
-
-
-def executes_eagerly() -> bool:
-    return tf.executing_eagerly()
