@@ -26,14 +26,22 @@ from pathlib import Path
 from jupyter_client.manager import start_new_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
-STATE = Path(tempfile.mkdtemp(prefix="gradmagic-bench-latency-"))
-ENV = {
-    **os.environ,
-    "IPYTHONDIR": str(STATE / "ipython"),
-    "JUPYTER_CONFIG_DIR": str(STATE / "jupyter"),
-    "MPLCONFIGDIR": str(STATE / "mpl"),
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-}
+
+
+def kernel_state(name: str) -> tuple[Path, dict]:
+    """A fresh folder for a benchmark's kernel, and the environment that points IPython's, Jupyter's and
+    matplotlib's configuration there."""
+    state = Path(tempfile.mkdtemp(prefix=f"gradmagic-bench-{name}-"))
+    return state, {
+        **os.environ,
+        "IPYTHONDIR": str(state / "ipython"),
+        "JUPYTER_CONFIG_DIR": str(state / "jupyter"),
+        "MPLCONFIGDIR": str(state / "mpl"),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+
+
+STATE, ENV = kernel_state("latency")
 RUNS = 15
 WARMUP = 3
 

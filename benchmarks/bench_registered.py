@@ -22,24 +22,13 @@ Run: .venv/bin/python benchmarks/bench_registered.py
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 
-from bench_latency import timed
+from bench_latency import kernel_state, timed
 from jupyter_client.manager import start_new_kernel
 
-ROOT = Path(__file__).resolve().parents[1]
-STATE = Path(tempfile.mkdtemp(prefix="gradmagic-bench-registered-"))
-ENV = {
-    **os.environ,
-    "IPYTHONDIR": str(STATE / "ipython"),
-    "JUPYTER_CONFIG_DIR": str(STATE / "jupyter"),
-    "MPLCONFIGDIR": str(STATE / "mpl"),
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-}
+STATE, ENV = kernel_state("registered")
 RUNS = 12
 WARMUP = 3
 

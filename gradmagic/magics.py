@@ -425,8 +425,6 @@ class GradientMagics(Magics):
             adapter = frameworks.get_adapter("tensorflow")
         except GradmagicError as error:
             raise _usage(str(error)) from None
-        except ValueError as error:
-            raise _usage(str(error)) from None
         except SyntaxError as error:
             raise _usage(self._syntax_error_message(error, cell_source.filename)) from None
         namespace = self.shell.user_ns
@@ -481,11 +479,8 @@ class GradientMagics(Magics):
             registered_as = by_function.get(id(function))
             if registered_as is None:
                 registered_as = options.name or read.registered_as.get(name) or name
-                try:
-                    if registry.register(registered_as, function):
-                        replaced.add(registered_as)
-                except ValueError as error:
-                    raise GradmagicError(str(error)) from None
+                if registry.register(registered_as, function):
+                    replaced.add(registered_as)
             op_types = cell_gradient.op_types_of(read, name, registered_as, options.op_types, namespace)
             forward = namespace.get(forward_name) if forward_name else None
             own_override = dict(read.forwards).get(forward_name, False)

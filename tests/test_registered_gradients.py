@@ -114,6 +114,23 @@ def test_an_override_keyed_on_a_type_never_built_did_nothing_and_says_which_were
     found = problem(run.result.result, "override-unused")
     assert found.severity == "error" and "did you mean `MatMul`?" in found.message, found.message
     assert "gradient_override_map({'Matmul': 'HalfMatMulGrad'})" in found.message and found.location.line == 7
+    # A misspelled key fails beside one that applied: the map's other gradient took effect, this one did not.
+    nb.ok(
+        "@tf.function\ndef binarised_product(a, b):\n"
+        '    with tf.compat.v1.get_default_graph().gradient_override_map({"Sign": "Identity", "Matmul": '
+        '"HalfMatMulGrad"}):\n        return tf.matmul(tf.sign(a), b)\n'
+    )
+    mixed = nb.ok("%gradcheck binarised_product a=tf.ones([2, 3], tf.float64) b=tf.ones([3, 2], tf.float64)")
+    unused = [p for p in mixed.result.result.problems if p.code == "override-unused"]
+    assert [p.severity for p in unused] == ["error"] and "'Matmul'" in unused[0].message, mixed.stdout
+    in_cell = nb.fails(  # the cell's own map names a type TensorFlow lacks, and no forward: nothing to build
+        '%%register_gradient --check x=tf.ones([2])\n@tf.RegisterGradient("TypoGrad")\ndef typo(op, grad):\n'
+        "    return grad\n\n"
+        'MAP = {"Matmul": "TypoGrad"}  # tf.compat.v1.get_default_graph().gradient_override_map(MAP) elsewhere\n'
+        '_ = lambda g: g.gradient_override_map({"Matmul": "TypoGrad"})\n',
+        UsageError,
+    )
+    assert "no op type `Matmul` (did you mean `MatMul`?)" in said(in_cell) and "typo" not in nb.ns, in_cell.shown
     wrong_line = nb.fails("%%register_gradient Matmul\ndef g(op, grad):\n    return grad, grad\n", UsageError)
     assert "no op type `Matmul` (did you mean `MatMul`?)" in said(wrong_line), wrong_line.shown
     assert "g" not in nb.ns  # nothing bound, nothing registered
@@ -302,15 +319,15 @@ def test_the_op_types_of_a_pasted_cell_come_from_its_own_override_map(nb):
 
 
 def test_a_py_function_forward_with_an_override_of_its_own_gradient(nb):
-    nb.ok(
+    first = nb.ok(
         "%%register_gradient EagerPyFunc --check x=tf.constant([0.5, 1.0, 2.0], tf.float64)\n"
         "def exp_grad(op, grad):\n    return grad * tf.exp(op.inputs[0]) * 1.01\n\n"
         "def py_exp(x):\n    return tf.py_function(lambda v: tf.exp(v), [x], tf.float64)\n"
     )
-    report = nb.ns["_"] if "_" in nb.ns else None
+    report = first.result.result
+    assert report.verdict == "fail" and "1.01 times" in problem(report, "fd-mismatch").message, first.stdout
     again = nb.ok("%gradcheck exp_grad")
     assert "1.01 times the finite differences" in said(again), again.stdout
-    assert report is not None
 
 
 def test_bad_cells_say_what_is_wrong(nb):

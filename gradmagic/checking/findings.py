@@ -62,6 +62,11 @@ def listing(names: list[str]) -> str:
     return ", ".join(f"`{name}`" for name in names)
 
 
+def joined(parts: list[str]) -> str:
+    """ "a", "a and b", "a, b and c": phrases in a sentence."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
 def identifier(name: str) -> str:
     """A Python identifier standing for an input's name in suggested code: `xs[1]` -> `xs_1`."""
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gradmagic.checking.findings import LISTED, Findings, identifier, listing, plural
+from gradmagic.checking.findings import LISTED, Findings, identifier, joined, listing, plural
 from gradmagic.checking.run import CheckInputs, CheckRun, Trial, known_shape, tensor_meta
 from gradmagic.checking.side_effects import StateWatch, code_names, unwrapped
 from gradmagic.checking.source_lines import decorator_names, error_line, first_line, return_line, returned_names
@@ -240,7 +240,7 @@ def _as_composite(run: CheckRun, forward: ForwardRun) -> Target | None:
             f"`{target.name}` applies {_registered(applied)} through {wording.override}: its gradient, which "
             f"{wording.framework} takes through {'them' if len(applied) > 1 else 'it'}, is compared with finite "
             f"differences. Autodiff, here, is the same function without the override "
-            f"({_joined(sorted({o.op_type for o in applied}))}'s own gradient).",
+            f"({joined(sorted({o.op_type for o in applied}))}'s own gradient).",
         )
         return composite
     names = listing(list(reached or ())) if reached else "custom-gradient ops"
@@ -263,12 +263,7 @@ def _registered(applied: list[Override]) -> str:
         function = f" (`{override.function}`)" if override.function and override.function != override.gradient else ""
         ops = f"{override.op_type} op" if override.built == 1 else plural(override.built, f"{override.op_type} op")
         parts.append(f"the gradient registered as `{override.gradient}`{function} to its {ops}")
-    return _joined(parts)
-
-
-def _joined(parts: list[str]) -> str:
-    """ "a", "a and b", "a, b and c"."""
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return joined(parts)
 
 
 def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]:
@@ -278,9 +273,10 @@ def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]
     target, findings = run.target, run.findings
     wording = findings.wording
     applied = []
-    # An override map that applied one of its keys may well list others for other ops (the recipe's `PyFunc` and
-    # `PyFuncStateless`): those are said, not failed.
-    used_lines = {override.where for override in overrides if override.built or override.superseded}
+    # An override map that applied a gradient to one op type may well map others to the same gradient for ops built
+    # elsewhere (the recipe's `PyFunc` and `PyFuncStateless`): those keys are said, not failed. A key of its own
+    # gradient that applied to nothing fails, whatever else the map applied.
+    used = {(override.where, override.gradient) for override in overrides if override.built or override.superseded}
     for override in overrides:
         written = f"`{wording.override}({{{override.op_type!r}: {override.gradient!r}}})`"
         line = override.where[1] if override.where and override.where[0] == target.filename else None
@@ -288,7 +284,10 @@ def _overrides(run: CheckRun, overrides: tuple[Override, ...]) -> list[Override]
             continue
         if not override.built:
             message = _unused(written, override)
-            findings.add("override-unused", "info" if override.where in used_lines else "error", message, line=line)
+            if (override.where, override.gradient) in used:
+                findings.add("override-unused", "info", message, line=line)
+            else:
+                findings.add("override-unused", "error", message, line=line)
             continue
         if not override.registered:
             findings.add(
@@ -329,13 +328,13 @@ def _unused(written: str, override: Override) -> str:
         close = [name for name in types if name.lower() == override.op_type.lower()] or difflib.get_close_matches(
             override.op_type, types, n=1, cutoff=0.6
         )
-        seen = f"the ops built under it are of types {_joined(types[:12])}" + (
+        seen = f"the ops built under it are of types {joined(types[:12])}" + (
             f" (did you mean `{close[0]}`?)" if close else ""
         )
         calls = [name for name in types if name.endswith("PartitionedCall")]
         if calls:
             seen += (
-                f"; the {_joined(calls)} ops are calls of functions traced on their own, whose ops the override "
+                f"; the {joined(calls)} ops are calls of functions traced on their own, whose ops the override "
                 "does not reach"
             )
     return (

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 import tensorflow as tf
 from tensorflow.python.framework import func_graph, op_callbacks, op_def_registry, ops
 
+from gradmagic.errors import GradmagicError
 from gradmagic.frameworks.base import Override
 from gradmagic.frameworks.tensorflow.tracing import TENSORFLOW_FILES
 
@@ -48,10 +49,10 @@ def is_tensorflows(function: Any) -> bool:
 
 def register(name: str, function: Callable) -> bool:
     """Register `function` as the gradient named `name`, replacing one a notebook registered before (a cell run
-    again); True when it replaced one. ValueError where `name` is TensorFlow's own gradient of an op type."""
+    again); True when it replaced one. GradmagicError where `name` is TensorFlow's own gradient of an op type."""
     previous = registered(name)
     if previous is not None and is_tensorflows(previous):
-        raise ValueError(
+        raise GradmagicError(
             f"`{name}` names TensorFlow's own gradient of {name} ops: registering another under that name would "
             f"change every {name} op in the process. Register yours under a name of its own and apply it to {name} "
             f"ops with an override: `%%register_gradient {name}` above a def `(op, grad)` does both."
@@ -109,13 +110,11 @@ def recording() -> Iterator[list[Override]]:
     found: list[Override] = []
     original = ops.Graph.gradient_override_map
 
-    # (graph, op name, op type) of ops an inner override of their type took; (graph, op name, None) of the ops built
-    # by calling a registered gradient to check it.
-    claimed: set = set()
+    shared = _Shared()
 
     def recorded(graph, op_type_map):
         caller = sys._getframe(1)
-        return _Recorded(original(graph, op_type_map), graph, dict(op_type_map), caller, found, claimed)
+        return _Recorded(original(graph, op_type_map), graph, dict(op_type_map), caller, found, shared)
 
     ops.Graph.gradient_override_map = recorded
     _RECORDING += 1
@@ -146,10 +145,14 @@ def bypassed() -> Iterator[None]:
 
 
 class _Recorded:
-    """One override, entered: TensorFlow's own context, and what was built under it noted when it ends."""
+    """One override, entered: TensorFlow's own context, and what was built under it noted when it ends.
 
-    def __init__(self, context, graph, mapping: dict, caller, found: list, claimed: set):
-        self.context, self.graph, self.mapping, self.found, self.claimed = context, graph, mapping, found, claimed
+    `shared` is the recording's, across nested overrides: `taken`, the (graph, op name) of ops an inner override of
+    their type applies to (TensorFlow replaces the map inside: the innermost applies); `checking`, those of the ops
+    built by calling a registered gradient to check it, which are none of the forward's."""
+
+    def __init__(self, context, graph, mapping: dict, caller, found: list, shared: _Shared):
+        self.context, self.graph, self.mapping, self.found, self.shared = context, graph, mapping, found, shared
         self.where = (caller.f_code.co_filename, caller.f_lineno)
         self.eagerly = False
         self.before = 0
@@ -172,48 +175,57 @@ class _Recorded:
         finally:
             if self.eagerly:
                 op_callbacks.remove_op_callback(self._noted)
-                types = self.run
-            # Ops without inputs (constants, placeholders, captured values) take no gradient: no override is for them.
-            built = [] if self.eagerly else [op for op in self.graph.get_operations()[self.before :] if op.inputs]
-            built = [op for op in built if (id(self.graph), op.name, None) not in self.claimed]  # a check's own ops
-            if not self.eagerly:
-                types = [op.type for op in built]
-            distinct = tuple(dict.fromkeys(types))
-            # An op built under nested overrides of its type takes the innermost one's gradient (TensorFlow's map is
-            # replaced inside): the outer override does not count it.
-            taken = [op.type for op in built if (id(self.graph), op.name, op.type) in self.claimed]
-            built = [op for op in built if (id(self.graph), op.name, op.type) not in self.claimed]
-            types = types if self.eagerly else [op.type for op in built]
-            for op in built:
-                if op.type in self.mapping:
-                    self.claimed.add((id(self.graph), op.name, op.type))
-            for op_type, gradient in self.mapping.items():
-                name = function = None
-                if isinstance(gradient, str):
-                    function = registered(gradient)
-                    name = getattr(function, "__name__", None)
-                first = next((op for op in built if op.type == op_type), None)
-                mistake = None
-                if function is not None and first is not None and exc_info[0] is None:
-                    before = len(self.graph.get_operations())
-                    with self.graph.as_default():
-                        mistake = gradient_mistake(first, function, str(gradient))
-                    # The gradient's ops, built here, are none of the forward's: an enclosing override skips them.
-                    self.claimed.update((id(self.graph), op.name, None) for op in self.graph.get_operations()[before:])
-                self.found.append(
-                    Override(
-                        str(op_type),
-                        str(gradient),
-                        types.count(op_type),
-                        distinct,
-                        self.eagerly,
-                        function is not None,
-                        self.where,
-                        name,
-                        mistake,
-                        taken.count(op_type),
-                    )
+                self._note(self.run, [], [], exc_info[0] is None)
+            else:
+                key = id(self.graph)
+                # Ops without inputs (constants, placeholders, captured values) take no gradient: no override is
+                # for them.
+                built = [
+                    op
+                    for op in self.graph.get_operations()[self.before :]
+                    if op.inputs and (key, op.name) not in self.shared.checking
+                ]
+                own = [op for op in built if (key, op.name) not in self.shared.taken]
+                taken = [op.type for op in built if (key, op.name) in self.shared.taken]
+                self.shared.taken.update((key, op.name) for op in own if op.type in self.mapping)
+                self._note([op.type for op in built], own, taken, exc_info[0] is None)
+
+    def _note(self, types: list[str], own: list, taken: list[str], completed: bool) -> None:
+        """One `Override` per key of the map: `types`, what was built (or run) under it; `own`, the ops it applies
+        to; `taken`, the types of those an inner override took."""
+        applied = [op.type for op in own] if not self.eagerly else types
+        for op_type, gradient in self.mapping.items():
+            function = registered(gradient) if isinstance(gradient, str) else None
+            first = next((op for op in own if op.type == op_type), None)
+            mistake = None
+            if function is not None and first is not None and completed:
+                before = len(self.graph.get_operations())
+                with self.graph.as_default():
+                    mistake = gradient_mistake(first, function, str(gradient))
+                made = self.graph.get_operations()[before:]
+                self.shared.checking.update((id(self.graph), op.name) for op in made)
+            self.found.append(
+                Override(
+                    str(op_type),
+                    str(gradient),
+                    applied.count(op_type),
+                    tuple(dict.fromkeys(types)),
+                    self.eagerly,
+                    function is not None,
+                    self.where,
+                    getattr(function, "__name__", None),
+                    mistake,
+                    taken.count(op_type),
                 )
+            )
+
+
+@dataclasses.dataclass
+class _Shared:
+    """What the overrides entered under one `recording` share (see `_Recorded`)."""
+
+    taken: set = dataclasses.field(default_factory=set)
+    checking: set = dataclasses.field(default_factory=set)
 
 
 def as_built(call: Callable[[], Any], entered: list[Override]) -> tuple[Override, ...]:
@@ -405,9 +417,9 @@ def describe(gradient: RegisteredGradient, forward: str | None) -> str:
 
 
 def check_op_type(op_type: str) -> None:
-    """ValueError naming the op types meant where TensorFlow has no op type `op_type`."""
+    """GradmagicError naming the op types meant where TensorFlow has no op type `op_type`."""
     if op_def_registry.get(op_type) is None:
-        raise ValueError(unknown_type_message(op_type))
+        raise GradmagicError(unknown_type_message(op_type))
 
 
 def eager_message(name: str, op_types: tuple[str, ...], bound: str) -> str:
@@ -440,11 +452,11 @@ def applying(function: Callable, gradient: RegisteredGradient) -> Callable:
 
 def primitive(op_type: str) -> Callable:
     """A function that builds one op of `op_type` (`tf.raw_ops`): its inputs positional parameters, its attributes
-    keyword-only ones (with the op's defaults). ValueError where TensorFlow has no such op type."""
+    keyword-only ones (with the op's defaults). GradmagicError where TensorFlow has no such op type."""
     definition = op_def_registry.get(op_type)
     raw = getattr(tf.raw_ops, op_type, None)
     if definition is None or raw is None:
-        raise ValueError(unknown_type_message(op_type))
+        raise GradmagicError(unknown_type_message(op_type))
     defaults = {
         name: parameter.default
         for name, parameter in inspect.signature(raw).parameters.items()
