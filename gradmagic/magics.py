@@ -10,7 +10,6 @@ keep their traceback, which points at the cell's lines.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import inspect
 import linecache
@@ -592,8 +591,9 @@ class GradientMagics(Magics):
 
         Every call of every custom-gradient op the cell reaches is recorded:
         ops made by %%custom_gradient or decorated with tf.custom_gradient or
-        keras.ops.custom_gradient (on TensorFlow), in layers, methods, nested
-        ops, tf.function and model.fit's compiled steps::
+        keras.ops.custom_gradient (on Keras's TensorFlow, JAX and PyTorch
+        backends), in layers, methods, nested ops, tf.function, jax.jit and
+        model.fit's compiled steps::
 
             %%gradwatch
             model.fit(x, y, epochs=1)
@@ -603,18 +603,32 @@ class GradientMagics(Magics):
         whose gradient went non-finite), and the report shows a table of the
         ops (name, where it is defined, calls, verdict, first problem), where
         the first gradient went non-finite (op, call, element), and each op's
-        own report under its row. The report is the cell's value
-        (`report = _`): report.ok, report.problems, report.ops (one Report per
-        op), report.first_nonfinite_gradient; with NAME it is also bound to
-        NAME, also when the cell raises (then it shows above the traceback).
+        own report under its row. The report is the cell's value, the only
+        one shown (`report = _`): the value of the cell's last line (the
+        History of model.fit) is not shown; assign it to keep it
+        (`history = model.fit(...)`). The report has report.ok,
+        report.problems, report.ops (one Report per op),
+        report.first_nonfinite_gradient; with NAME it is also bound to NAME,
+        also when the cell raises (then it shows above the traceback).
 
         Everything the watch changes is put back when the cell ends, also on
         an error or Ctrl-C. Compiled code is recorded when traced under the
         watch: a Keras model traces its train function again for the watch
-        (without XLA) and gets its own back after; a tf.function traced
-        before the cell runs a copy traced for the watch; one first traced in
-        the cell traces again after it. XLA-compiled code (jit_compile=True)
-        cannot be recorded: the report says which ops went unrecorded.
+        and gets its own back after; a tf.function traced before the cell
+        runs a copy traced for the watch; one first traced in the cell traces
+        again after it. XLA-compiled code (jit_compile=True, a Keras model's
+        included) runs compiled as without the watch: its runs are counted,
+        and chosen runs (the first at each input signature, the first that
+        left its outputs or variables non-finite and the one before) are
+        replayed uncompiled, their variables put back. Ops run on several replicas
+        (tf.distribute) are also checked across the replicas; under
+        MultiWorkerMirroredStrategy every worker's watch is gathered. An op
+        traced but never run is checked at inputs of its traced shapes, and
+        report.ok is True only when every op reached was checked and passed. On
+        Keras's JAX backend jax.jit code is recorded through
+        jax.debug.callback; JAX's caches are cleared when the cell starts and
+        ends, so that compiled functions trace again with the recording, and
+        without it after. On PyTorch every call is recorded as it happens.
 
         --surrogate OP declares an op whose gradient is deliberately not the
         derivative; the check options are those of %config GradientMagics
@@ -646,7 +660,7 @@ class GradientMagics(Magics):
             watch = Watch(check=options.run_check, memory_limit=memory, surrogates=options.surrogates, **settings)
         except GradmagicError as error:  # a bad %config value, named
             raise _usage(str(error)) from None
-        statements, last = self._compile_watched(source.Cell.typed("gradwatch", line, cell, self._register_cell))
+        watched = self._compile_watched(source.Cell.typed("gradwatch", line, cell, self._register_cell))
         started = contextlib.ExitStack()
         try:
             started.enter_context(watch)
@@ -654,9 +668,7 @@ class GradientMagics(Magics):
             raise _usage(str(error)) from None
         try:
             with started:
-                exec(statements, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - the user's cell
-                if last is not None:
-                    exec(last, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - shows its value
+                exec(watched, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S102 - the user's cell
         except BaseException:
             if watch.finished:
                 self._bind_watch_report(options.name, watch.report)
@@ -672,19 +684,15 @@ class GradientMagics(Magics):
         return report
 
     def _compile_watched(self, cell: source.Cell):
-        """The cell's statements, and its last expression (shown as a cell's value), compiled as IPython compiles a
-        cell: magics and shell escapes transformed, named after the cell for tracebacks, the magic line being line
-        1."""
+        """The cell compiled as IPython compiles a cell (magics and shell escapes transformed, named after the cell for
+        tracebacks, the magic line being line 1), its last expression run as a statement: the report is the cell's
+        value, the only one shown."""
         filename = cell.filename
         try:
             tree = self.shell.compile.ast_parse(cell.numbered(self.shell.transform_cell(cell.body)), filename)
         except SyntaxError as error:
             raise _usage(self._syntax_error_message(error, filename)) from None
-        tree = self.shell.transform_ast(tree)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        statements = self.shell.compile(ast.Module(tree.body, type_ignores=[]), filename, "exec")
-        shown = self.shell.compile(ast.Interactive([last]), filename, "single") if last is not None else None
-        return statements, shown
+        return self.shell.compile(self.shell.transform_ast(tree), filename, "exec")
 
     def _op_and_arguments(self, options, magic_name: str):
         """The op named on a line magic, its OpInfo, the line's or its cell's inputs, and (args, kwargs) from them."""

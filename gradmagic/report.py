@@ -618,10 +618,13 @@ class Report(_Shown):
 #: The report of a watch (`gradmagic.watch()`): a report of reports, one per custom-gradient op the watched code
 #: reached.
 WATCH_SCHEMA_ID = "urn:gradmagic:schema:watch-report"
-#: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `words`.
-WATCH_SCHEMA_VERSION = "1.1"
+#: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `words`; 1.2 `traces`,
+#: `traced_inputs`, `xla_calls`, `replayed_calls` and `replicas` of an op, and `checked` (an unchecked op is no pass:
+#: `ok` is True only when every op reached was checked and passed), `worker` and `workers` (a multi-worker run).
+WATCH_SCHEMA_VERSION = "1.2"
 WATCH_MIME_TYPE = "application/vnd.gradmagic.watch-report+json"
-_VERDICT_ORDER = ("fail", "warn", "surrogate", "pass", "unchecked")
+#: A watch's verdict is its ops' worst: an op not checked outweighs the others' passes.
+_WATCH_VERDICT_ORDER = ("fail", "warn", "unchecked", "surrogate", "pass")
 
 
 @dataclass(frozen=True)
@@ -695,6 +698,18 @@ class WatchedOp(_Shown):
     checked: tuple[CheckedCall, ...] = ()
     checked_call: int | None = None  # the kept call whose check `report` is
     findings: tuple[Problem, ...] = ()
+    #: Times the op was traced into a graph (a tf.function, Keras's compiled functions, XLA): an op traced and never
+    #: run (its graph failed, or ran inside XLA) is still reached, and checked at inputs of its traced shapes.
+    traces: Count = added_in("1.2", 0)
+    #: Its inputs as traced: dtypes and shapes, None for a dimension not known.
+    traced_inputs: tuple[ValueSummary, ...] = added_in("1.2", ())
+    #: Calls that ran inside XLA-compiled code (counted from the compiled steps that ran; their values never reach
+    #: Python); not in `calls`.
+    xla_calls: Count = added_in("1.2", 0)
+    #: Of `calls`, those the watch made replaying an XLA-compiled step uncompiled at that step's inputs.
+    replayed_calls: Count = added_in("1.2", 0)
+    #: How many replicas in sync it ran on (tf.distribute), where more than one; 0 elsewhere.
+    replicas: Count = added_in("1.2", 0)
 
     #: Properties its data holds beside the fields.
     DERIVED: ClassVar[tuple[str, ...]] = ("name", "verdict")
@@ -706,11 +721,12 @@ class WatchedOp(_Shown):
 
     @property
     def verdict(self) -> Verdict:
-        """The report's verdict, made "fail" by an error in `findings` (and "warn" by a warning, over "pass")."""
+        """The report's verdict, made "fail" by an error in `findings` (and "warn" by a warning, over "pass" and
+        "surrogate")."""
         severities = {finding.severity for finding in self.findings}
         if "error" in severities:
             return "fail"
-        if "warning" in severities and self.report.verdict == "pass":
+        if "warning" in severities and self.report.verdict in ("pass", "surrogate"):
             return "warn"
         return self.report.verdict
 
@@ -752,6 +768,27 @@ class WatchProblem(_Shown):
     def __str__(self) -> str:
         at = f" (at call {self.call}'s inputs)" if self.call is not None else ""
         return f"{self.op}: {self.severity} {self.code}{at}: {self.message}"
+
+
+@dataclass(frozen=True)
+class WorkerOp(_Shown):
+    """An op as one worker of a multi-worker run watched it."""
+
+    name: str
+    calls: Count
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class WorkerWatch(_Shown):
+    """One worker's watch of a multi-worker run (`tf.distribute.MultiWorkerMirroredStrategy`): each worker's is
+    gathered on every worker when the watch ends."""
+
+    worker: str  # "worker 1"
+    verdict: Verdict
+    ok: bool
+    ops: tuple[WorkerOp, ...]
+    problems: tuple[str, ...]  # its errors and warnings, a line each ("center: error watch-replica-gradient: ...")
 
 
 @dataclass(frozen=True)
@@ -799,12 +836,17 @@ class WatchReport(_Shown):
     calls_not_kept: Count = 0  # calls that would have been kept but for the memory limit
     notes: tuple[str, ...] = ()  # what the watch changed while it ran (each put back), and what it could not record
     error: str | None = None  # what the watched code raised ("ValueError: ..."), if it did
+    #: In a multi-worker run, the worker this report is of ("worker 0"), and every worker's watch, gathered.
+    worker: str | None = added_in("1.2")
+    workers: tuple[WorkerWatch, ...] = added_in("1.2", ())
 
     #: `$schema` and `version` head its data.
     ID: ClassVar[str] = WATCH_SCHEMA_ID
     VERSION: ClassVar[str] = WATCH_SCHEMA_VERSION
     #: Properties its data holds after `$schema` and `version`, derived from the fields.
-    DERIVED: ClassVar[tuple[str, ...]] = ("ok", "verdict", "problems")
+    DERIVED: ClassVar[tuple[str, ...]] = ("ok", "verdict", "checked", "problems")
+    #: Of those, the ones data of an earlier schema version lacks, and the version that added them.
+    DERIVED_ADDED: ClassVar[dict[str, str]] = {"checked": "1.2"}
     #: The words every view shows, and the schema version that added them (written by the renderers:
     #: `gradmagic.render.words.watch_data`).
     WORDS: ClassVar[tuple[type, str]] = (WatchWords, "1.1")
@@ -822,14 +864,24 @@ class WatchReport(_Shown):
 
     @property
     def ok(self) -> bool:
-        """True when no problem has severity `error`."""
-        return not any(problem.severity == "error" for problem in self.problems)
+        """True when the watched code reached at least one op, every op it reached was checked, and no problem has
+        severity `error`: an op not checked is no pass (`assert watch.report.ok` never passes on nothing). In a
+        multi-worker run, on every worker."""
+        mine = bool(self.watched) and self.checked == len(self.watched) and self.verdict != "fail"
+        return mine and all(worker.ok for worker in self.workers)
+
+    @property
+    def checked(self) -> int:
+        """How many of the ops reached were checked (their verdict is not "unchecked")."""
+        return sum(op.verdict != "unchecked" for op in self.watched)
 
     @property
     def verdict(self) -> Verdict:
-        """The worst of the ops' verdicts ("fail", "warn", "surrogate", "pass"); "unchecked" when no op was checked."""
-        verdicts = [op.verdict for op in self.watched]
-        return min(verdicts, key=_VERDICT_ORDER.index) if verdicts else "unchecked"
+        """The worst of the ops' verdicts (every worker's, in a multi-worker run): "fail", then "warn", then
+        "unchecked" when an op was not checked (also when no op was reached), then "surrogate", "pass"."""
+        verdicts = {op.verdict for op in self.watched} or {"unchecked"}
+        verdicts |= {worker.verdict for worker in self.workers}
+        return min(verdicts, key=_WATCH_VERDICT_ORDER.index)
 
     def __getitem__(self, name: str) -> WatchedOp:
         """The watched op called `name`."""

@@ -7,6 +7,10 @@ import nbformat
 from conftest import ROOT
 from nbclient import NotebookClient
 
+from gradmagic.report import WATCH_MIME_TYPE
+
+REPORT = "application/vnd.gradmagic.report+json"
+
 
 def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
     notebook = nbformat.read(ROOT / "demo.ipynb", as_version=4)
@@ -97,27 +101,41 @@ def test_demo_notebook_runs_and_shows_the_checks(tmp_path):
             "%gradcheck product a=tf.ones([2, 3]) b=tf.ones([3, 2])",
             ["override-unused", "no op of type Matmul was built under it", "(did you mean `MatMul`?)"],
         ),
+        (
+            "%%gradwatch",
+            [
+                "watch of 2 custom-gradient ops fails",
+                "first non-finite gradient: row_norm",
+                "from a finite upstream gradient",
+                "dx is 1.5 times the finite differences",
+                "2 (2 under XLA, 3 replayed uncompiled)",
+            ],
+        ),
     ]
     keras_cells = [out for line, out in outputs if line.startswith("%%custom_gradient --keras --backends all")]
     assert len(keras_cells) == 2
     assert "keras_log1pexp(x) fails" in keras_cells[0] and "backend-signature" in keras_cells[0]
     assert "PyTorch fails backend-signature" in keras_cells[0] and "JAX passes" in keras_cells[0]
     assert "keras_log1pexp(x) passes" in keras_cells[1] and "PyTorch passes" in keras_cells[1]
-    reports = [o for cell in code for o in cell.outputs if "text/html" in o.get("data", {})]
+    reports = [o for cell in code for o in cell.outputs if REPORT in o.get("data", {})]
     assert len(reports) >= 12
     for output in reports:  # the report's data, and what shows without a kernel
-        assert {"application/vnd.gradmagic.report+json", "text/html", "text/plain"} == set(output["data"])
+        assert {REPORT, "text/html", "text/plain"} == set(output["data"])
         assert "<script" not in output["data"]["text/html"].lower()
+    (watched,) = [o for cell in code for o in cell.outputs if WATCH_MIME_TYPE in o.get("data", {})]
+    assert {WATCH_MIME_TYPE, "text/html", "text/plain"} == set(watched["data"])  # the report alone, no History
+    assert [len(cell.outputs) for cell in code if cell.source.startswith("%%gradwatch")] == [1]
     assert "widgets" not in notebook.metadata, "nbclient names no cell: no widget, no widget state to save"
-    swept = [o for o in reports if o["data"]["application/vnd.gradmagic.report+json"]["sweep"]]
+    swept = [o for o in reports if o["data"][REPORT]["sweep"]]
     assert len(swept) == 3  # the cells with --sweep
     graph_cell = next(cell for cell in code if cell.source.startswith("%gradgraph"))
     assert {"image/svg+xml", "text/plain"} == set(graph_cell.outputs[0]["data"])
-    assert len(nbformat.writes(notebook).encode()) < 1_000_000, "the executed demo stays under 1 MB"
+    # 945 KB before the %%gradwatch section; its watch holds two ops' whole reports (about 130 KB)
+    assert len(nbformat.writes(notebook).encode()) < 1_100_000, "the executed demo stays under 1.1 MB"
     # The first report shows its point without a click: what the custom gradient fixes, under the verdict, outside
     # every folded section of the static view.
     first = next(o for o in reports if "log1pexp" in o["data"]["text/plain"])
-    fixes = first["data"]["application/vnd.gradmagic.report+json"]["words"]["fixes"]
+    fixes = first["data"][REPORT]["words"]["fixes"]
     assert "autodiff gives nan, the custom gradient 1" in fixes
     static = first["data"]["text/html"]
     assert static.index(html.escape(fixes)) < static.index("<details")

@@ -273,38 +273,8 @@ def test_eager_nested_ops_and_a_declared_surrogate():
     assert [op.verdict for op in report.watched] == ["pass", "pass", "surrogate"] and report.ok
 
 
-def test_xla_functions_run_unrecorded_and_say_so():
-    @tf.function(jit_compile=True)
-    def compiled(x):
-        return scaled_tanh(x)
-
-    x = tf.constant([0.5, -0.5])
-    with gradmagic.watch() as watch:
-        result = compiled(x)
-    np.testing.assert_array_equal(result, np.tanh([0.5, -0.5]).astype("f4"))
-    (op,) = watch.report.watched
-    assert op.calls == 0 and op.verdict == "unchecked" and watch.report.problems[0].severity == "warning"
-    assert "traced inside XLA (jit_compile=True)" in problem_of(op, "watch-unrecorded").message
-
-
 def problem_of(op, code):
     return next(finding for finding in op.findings if finding.code == code)
-
-
-def test_a_keras_model_compiled_with_xla_trains_without_it_under_the_watch_and_gets_it_back():
-    model = features_model()
-    model.compile(optimizer="sgd", loss="mse", jit_compile=True)
-    x, y = training_data()
-    with gradmagic.watch(check=False) as watch:
-        model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, verbose=0)
-        model.predict(x[:BATCH], batch_size=BATCH, verbose=0)
-    op = watch.report["scaled_tanh"]
-    assert (op.calls, op.compiled_calls, op.gradient_calls) == (2, 2, 1)
-    assert any("ran its train steps without XLA (jit_compile)" in note for note in watch.report.notes)
-    assert any("ran its predict steps without XLA" in note for note in watch.report.notes)
-    assert model.jit_compile is True  # and it traces its functions again, with XLA, when next used:
-    assert model.train_function is None and model.predict_function is None
-    assert {op.report.verdict for op in watch.report.watched} == {"unchecked"}
 
 
 def test_everything_is_put_back_after_an_error_and_a_ctrl_c():
@@ -384,7 +354,7 @@ def test_the_report_round_trips_validates_and_renders_safely(fitted):
     assert "soft_square(x) fails" in text  # each op's own report follows the table
 
     html = render_watch_html(report)
-    assert html.count("<details") >= 3 and "report of <code>row_norm</code>" in html and "<script" not in html
+    assert html.count("<details") >= 3 and "report of row_norm</span></summary>" in html and "<script" not in html
     hostile = WatchReport.from_dict({**data, "notes": ["<script>alert('x')</script>"]})
     assert "&lt;script&gt;" in render_watch_html(hostile) and "<script>" not in render_watch_html(hostile)
 
@@ -418,7 +388,18 @@ def test_gradwatch_shows_the_report_and_binds_it(nb):
     (op,) = report.watched
     assert op.calls == 3 and op.where == f"Cell In[{nb.last_cell_number - 2}], line 2"
     assert op.report.op.origin == "magic" and "fd-mismatch" in codes(op.report)
-    assert "Out[" in run.stdout and "3\n" in run.stdout  # the cell's last value is shown, as in any cell
+    shown = run.stdout.split(None, 1)  # the report, the cell's value, and nothing else: not its last line's value (3)
+    assert shown[0] == f"Out[{nb.last_cell_number}]:" and shown[1].startswith("watch of 1 custom-gradient op fails")
+    assert run.stdout.count("Out[") == 1
+
+
+def test_gradwatch_over_model_fit_shows_the_report_alone_not_the_history(nb):
+    nb.ns["model"], (nb.ns["x"], nb.ns["y"]) = features_model(), training_data()
+    run = nb.ok("%%gradwatch\nmodel.fit(x, y, epochs=1, verbose=0)")
+    shown = run.stdout.split(None, 1)
+    assert shown[0] == f"Out[{nb.last_cell_number}]:" and shown[1].startswith("watch of 3 custom-gradient ops fails")
+    assert run.stdout.count("Out[") == 1 and "History" not in run.stdout and not run.stderr
+    assert nb.ns["_"] is run.result.result and isinstance(run.result.result, WatchReport)
 
 
 def test_gradwatch_on_a_failing_cell_keeps_its_names_and_the_report_and_puts_everything_back(nb):
@@ -488,6 +469,39 @@ print(settings() == before, epoch > 0, watched["softsign"].calls > 0, watched.op
     assert after["shown"].strip() == "True True True not checked: the watch was interrupted"
 
 
+def test_gradwatch_over_model_fit_in_a_kernel_shows_the_report_alone(kernel):
+    """In a real kernel, as JupyterLab runs the cell (naming it): one output, the report (with its live widget),
+    never `<keras.src.callbacks.history.History at 0x...>` above it."""
+    _, client = kernel
+    setup = run(
+        client,
+        """
+%load_ext gradmagic
+import numpy as np, keras, tensorflow as tf
+
+@tf.custom_gradient
+def softsign(x):
+    return x / (1 + tf.abs(x)), lambda dy: 2 * dy / (1 + tf.abs(x)) ** 2
+
+class Softsign(keras.layers.Layer):
+    def call(self, x):
+        return softsign(x)
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), Softsign(), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x, y = np.ones((64, 4), "f4"), np.ones((64, 1), "f4")
+""",
+    )
+    assert setup["status"] == "ok", setup["shown"]
+    ran = run(client, "%%gradwatch\nmodel.fit(x, y, epochs=1, verbose=0)", cell_id="fit-cell")
+    assert ran["status"] == "ok", ran["shown"]
+    (shown,) = ran["outputs"]
+    assert WATCH_MIME_TYPE in shown and shown["text/plain"].startswith("watch of 1 custom-gradient op fails")
+    assert "History" not in ran["shown"] and ran["shown"] == shown["text/plain"]
+    after = run(client, "print(type(_).__name__, _.watched[0].calls > 0)")
+    assert after["shown"].strip() == "WatchReport True"
+
+
 def run_until_reply(client, message_id: str) -> dict:
     """The outputs a cell sent and its reply, once it has ended."""
     outputs, content = [], {}
@@ -531,41 +545,3 @@ print(json.dumps([op.calls, op.compiled_calls, op.gradient_calls, op.verdict, op
     )
     calls, compiled, gradients, verdict, mode, found = json.loads(output.strip().splitlines()[-1])
     assert (calls, compiled, gradients, verdict, mode) == (3, 3, 3, "fail", "graph") and "fd-mismatch" in found
-
-
-def test_on_keras_jax_backend_the_report_says_plainly_that_its_ops_are_not_watched():
-    """Keras on JAX: `keras.ops.custom_gradient` is jax.custom_vjp, which a watch cannot record; the report says so
-    and what to do instead, instead of only "called no custom-gradient op" under TensorFlow's name."""
-    shown = run_python(
-        """
-import os
-os.environ["KERAS_BACKEND"] = "jax"
-import numpy as np, keras, gradmagic
-from gradmagic.render.text import render_watch_text
-
-@keras.ops.custom_gradient
-def cube(x):
-    def grad(*args, upstream=None):
-        if upstream is None:
-            (upstream,) = args
-        return upstream * 2 * x * x
-    return x * x * x, grad
-
-class Cube(keras.layers.Layer):
-    def call(self, x):
-        return cube(x)
-
-model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3), Cube(), keras.layers.Dense(1)])
-model.compile("sgd", "mse")
-x, y = np.ones((8, 3), "float32"), np.ones((8, 1), "float32")
-with gradmagic.watch() as watch:
-    model.fit(x, y, epochs=1, verbose=0)
-print(render_watch_text(watch.report))
-""",
-        timeout=300,
-    )
-    assert "watch of 0 custom-gradient ops" in shown
-    note = " ".join(shown.split())
-    assert "Keras runs on JAX in this process (KERAS_BACKEND=jax)" in note
-    assert "keras.ops.custom_gradient ops on JAX (jax.custom_vjp) are not watched" in note
-    assert "gradmagic.check(op, x) at the inputs its layer receives" in note

@@ -56,9 +56,14 @@ def get_adapter(name: str) -> Adapter:
 
 
 def get_watcher() -> ModuleType:
-    """The module that records every call of TensorFlow's custom-gradient ops while a watch runs (its
-    `recording(recorder)`; see `frameworks/watching.py`): `tf.custom_gradient` ops, and `keras.ops.custom_gradient`
-    ops on Keras's TensorFlow backend. TensorFlow is imported on first use."""
+    """The module that records every call of the custom-gradient ops of this process's framework while a watch runs
+    (its `recording(recorder)`; see `frameworks/watching.py`): where Keras runs on JAX or PyTorch, its
+    `keras.ops.custom_gradient` ops (and TensorFlow's too where TensorFlow is imported); else TensorFlow's:
+    `tf.custom_gradient` ops, and `keras.ops.custom_gradient` ops on Keras's TensorFlow backend. The framework is
+    imported on first use."""
+    backend = keras_backend()
+    if backend in ("jax", "torch"):
+        return _import(f"gradmagic.frameworks.keras.{backend}_watching", "keras")
     return _import("gradmagic.frameworks.tensorflow.watching", "tensorflow")
 
 

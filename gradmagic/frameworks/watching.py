@@ -1,15 +1,15 @@
 """What a framework's recording hands a watch (`gradmagic.watching`): the custom-gradient ops a watched call reaches
 and the values of each call, as NumPy arrays, so that the watch keeps and checks them without knowing a framework.
 
-A framework's recording (`tensorflow/watching.py`) calls a `Recorder` from wherever the op runs: eagerly, as the call
-happens, or from inside compiled code, when each step runs. The arrays it hands over may share memory with the
-framework's buffers: a recorder copies what it keeps.
+A framework's recording (`tensorflow/watching.py`; `keras/jax_watching.py`, `keras/torch_watching.py`) calls a
+`Recorder` from wherever the op runs: eagerly, as the call happens, or from inside compiled code, when each step
+runs. The arrays it hands over may share memory with the framework's buffers: a recorder copies what it keeps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -23,6 +23,21 @@ class OpSite:
     name: str
     filename: str | None
     line: int | None
+    #: The framework its check runs with (`gradmagic.check`'s `framework`): "keras" for `keras.ops.custom_gradient`
+    #: ops on Keras's JAX and PyTorch backends.
+    framework: str = "tensorflow"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """Where a call ran in a replicated step (`tf.distribute`, several replicas in sync): the framework's context to
+    run the op in again (TensorFlow's strategy, opaque here), this replica's index (among every worker's) and how
+    many there are."""
+
+    context: Any
+    index: int
+    count: int  # replicas in sync, on every worker
+    local: int  # of them, those of this worker (whose calls this process sees)
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,25 @@ class ForwardCall:
     outputs: list[np.ndarray]
     arguments: Callable[[list[np.ndarray]], tuple[tuple, dict]]  # (args, kwargs) with these arrays as the inputs
     compiled: bool  # called inside compiled code (a tf.function, a Keras train function, a TF1 graph)
+    #: Called by the watch's replay of an XLA-compiled step, uncompiled, at the step's inputs (not a call of the
+    #: watched code's own: the step itself ran compiled)
+    replayed: bool = False
+    #: The replica it ran on, in a step replicated over several; None outside one.
+    replica: Replica | None = None
+
+
+@dataclass(frozen=True)
+class TracedCall:
+    """An op met while a graph was traced (a `tf.function`, Keras's train function, XLA): what its inputs would be
+    (dtypes and shapes, None for a dimension not known) and how to call it at arrays of those, before any run (a graph
+    whose building or running fails, or that runs inside XLA, may never hand over a value)."""
+
+    call: Callable
+    input_names: tuple[str, ...]
+    dtypes: tuple[np.dtype, ...]
+    shapes: tuple[tuple[int | None, ...], ...]
+    arguments: Callable[[list[np.ndarray]], tuple[tuple, dict]]
+    xla: bool  # traced inside XLA (jit_compile)
 
 
 @dataclass(frozen=True)
@@ -56,6 +90,12 @@ class Recorder(Protocol):
     def backward(self, site: OpSite, call_id: int, call: BackwardCall) -> None:
         """Note a call of the op's gradient function for the forward call `call_id` (-1: not recorded)."""
 
+    def traced(self, site: OpSite, call: TracedCall) -> None:
+        """Note the op met while a graph was traced (its runs, if any, are `forward` calls)."""
+
+    def ran_in_xla(self, site: OpSite, calls: int) -> None:
+        """Note `calls` calls of the op that ran inside XLA-compiled code, where no value can be handed over."""
+
     def unrecorded(self, site: OpSite, reason: str) -> None:
         """Note calls of the op that cannot be recorded; `reason` follows the op's name: "was traced inside XLA ..."."""
 
@@ -67,6 +107,13 @@ class Instrumentation:
 
     framework: str
     version: str
-    #: Filled while the watch runs and when it ends: what the watch changed (a Keras model run without XLA), what it
-    #: could not record (custom-gradient ops of Keras's JAX backend).
+    #: Filled while the watch runs and when it ends: what the watch changed (a Keras model's functions made again),
+    #: what it could not record.
     notes: list[str]
+    #: Filled while the watch runs: the compiled functions it traced again (or copied) for itself, by name; where none
+    #: was, the time before the first recorded call is the watched code's own.
+    retraced: list[str] = field(default_factory=list)
+    #: Filled while the watch runs: the framework's contexts of several workers the watched code ran in (TensorFlow's
+    #: multi-worker strategies); when the watch ends, every worker's report is gathered through the first
+    #: (`gather_workers`).
+    workers: list[Any] = field(default_factory=list)

@@ -33,14 +33,17 @@ CODE = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
 NO_MATH = "tex2jax_ignore mathjax_ignore"
 SHAPE_CODES = ("grad-shape", "grad-dtype", "grad-count", "grad-structure", "variable-grad-shape")
 SEVERITY_BORDER = {"error": COLOURS["error"], "warning": COLOURS["warning"], "info": COLOURS["info"]}
+ROOT = "font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; font-size: 13px; line-height: 1.45"
+#: A `<summary>`'s title, a box of its own beside the marker: where it wraps, it wraps under its own start, never back
+#: under the marker (as the live view's `.jp-gradmagic-summary-text`).
+SUMMARY_TEXT = "display: inline-block; max-width: calc(100% - 2em); vertical-align: top"
 
 
 def render_html(report: Report) -> str:
     """The whole report, as the live view lays it out, in the words every view shows (`report_words`)."""
     words = report_words(report)
     parts = [
-        f'<div class="gradmagic-report {NO_MATH}" style="font-family: system-ui, -apple-system, \'Segoe UI\', Roboto, '
-        'sans-serif; font-size: 13px; line-height: 1.45; max-width: 100%">',
+        f'<div class="gradmagic-report {NO_MATH}" style="{ROOT}; max-width: 100%">',
         header_html(report, words),
         problems_html(report, words),
     ]
@@ -70,16 +73,11 @@ def _ascii(html: str) -> str:
 def header_html(report: Report, words: ReportWords) -> str:
     """The verdict as a badge, the op's signature, the verdict per backend, the key figures; what it checked at;
     the surrogate line."""
-    op, verdict = report.op, report.verdict
-    parts = [
-        '<div style="display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px">',
-        f'<span style="background: {COLOURS[verdict]}; color: #ffffff; border-radius: 10px; padding: 1px 8px; '
-        f'font-weight: 600; font-size: 11.5px">{escape(words.verdict.upper())}</span>',
-        f'<code style="{CODE}; font-weight: 600">{escape(op.name + op.signature)}</code>',
-    ]
+    op = report.op
+    head = f'<code style="{CODE}; font-weight: 600">{escape(op.name + op.signature)}</code>'
     if report.backends:
-        parts.append(f'<span style="font-weight: 600">{escape(words.headline)}</span>')
-    parts.append(f'<span style="{MUTED}">{escape(words.figures)}</span></div>')
+        head += f'<span style="font-weight: 600">{escape(words.headline)}</span>'
+    parts = [_head(report.verdict, words.verdict, head + f'<span style="{MUTED}">{escape(words.figures)}</span>')]
     if words.checked_at:
         parts.append(f'<div style="margin: 2px 0 4px; {MUTED}; font-size: 12px">{escape(words.checked_at)}</div>')
     if words.fixes:
@@ -87,6 +85,17 @@ def header_html(report: Report, words: ReportWords) -> str:
     if words.surrogate:
         parts.append(f'<div style="margin: 4px 0; color: {COLOURS["surrogate"]}">{escape(words.surrogate)}</div>')
     return "".join(parts)
+
+
+def _head(verdict: str, said: str, rest: str) -> str:
+    """The verdict as a badge (white capitals on the verdict's colour, rounded, as the live view's
+    `.jp-gradmagic-badge`), then `rest`, on one line that wraps where the page is narrow."""
+    return (
+        '<div style="display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 10px">'
+        f'<span style="background: {COLOURS[verdict]}; color: #ffffff; border-radius: 10px; padding: 1px 8px; '
+        f'font-weight: 600; font-size: 11.5px; letter-spacing: 0.03em; white-space: nowrap">{escape(said.upper())}'
+        f"</span>{rest}</div>"
+    )
 
 
 def problems_html(report: Report, words: ReportWords) -> str:
@@ -225,12 +234,16 @@ def _section(title: str, body: str, opened: bool, muted: bool = False) -> str:
     style = f"{MUTED}; font-weight: normal" if muted else "font-weight: 600"
     return (
         f'<details{" open" if opened else ""} style="margin: 6px 0"><summary style="cursor: pointer; {style}">'
-        f'{escape(title)}</summary><div style="margin-left: 14px">{body}</div></details>'
+        f'<span style="{SUMMARY_TEXT}">{escape(title)}</span></summary><div style="margin-left: 14px">{body}</div>'
+        "</details>"
     )
 
 
-def _table(headings, rows, numeric=()) -> str:
-    """A table; each row a list of cells (a cell may be (text, colour)), or (cells, mismatch)."""
+def _table(headings, rows, numeric=(), prose=(), under=()) -> str:
+    """A table; each row a list of cells (a cell may be (text, colour)), or (cells, mismatch). Cells are in the code
+    font but those of the `prose` columns; `under`, where given, is HTML for each row, shown beneath it across the
+    table. Every cell says its alignment: pages draw the HTML under table styles of their own (JupyterLab's and
+    nbconvert's right-align cells and centre tables)."""
     # Text cells wrap at spaces where the page is narrow; numbers never wrap; a table still too wide scrolls.
     cell_style = "padding: 3px 14px 3px 0; border-bottom: 1px solid #e6eaef; vertical-align: top"
     head = "".join(
@@ -239,17 +252,23 @@ def _table(headings, rows, numeric=()) -> str:
         for k, h in enumerate(headings)
     )
     body = []
-    for row in rows:
+    for n, row in enumerate(rows):
         cells, bad = row if isinstance(row, tuple) else (row, False)
         line = []
         for k, cell in enumerate(cells):
             text, colour = cell if isinstance(cell, tuple) else (cell, None)
             align = "right; font-variant-numeric: tabular-nums; white-space: nowrap" if k in numeric else "left"
             colour = COLOURS["error"] if bad else colour
+            font = "" if k in prose else f"; {CODE}"
             extra = f"; color: {colour}" if colour else ""
             weight = "; font-weight: 600" if bad else ""
-            line.append(f'<td style="{cell_style}; {CODE}; text-align: {align}{extra}{weight}">{escape(text)}</td>')
+            line.append(f'<td style="{cell_style}{font}; text-align: {align}{extra}{weight}">{escape(text)}</td>')
         body.append(f"<tr>{''.join(line)}</tr>")
+        if under:
+            body.append(
+                f'<tr><td colspan="{len(headings)}" style="{cell_style}; padding-top: 0; text-align: left">'
+                f"{under[n]}</td></tr>"
+            )
     return (
         '<div style="max-width: 100%; overflow-x: auto"><table style="border-collapse: collapse; margin: 4px 0 8px">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
@@ -257,39 +276,30 @@ def _table(headings, rows, numeric=()) -> str:
 
 
 def render_watch_html(report: WatchReport) -> str:
-    """A watch's report: verdict and timings, where the first gradient went non-finite, and a table of the ops, each
-    op's own report (as `render_html` draws every Report) folded under its row in a `<details>` block."""
+    """A watch's report, laid out as the live view (`labextension/src/watchview.ts`) lays it out: the verdict as a
+    badge, the summary and timings, where the first gradient went non-finite, and a table of the ops, each op's own
+    report (as `render_html` draws every Report) folded under its row in a `<details>` block."""
     words = watch_words(report)
     parts = [
-        f'<div class="gradmagic-watch {NO_MATH}" style="font-family: sans-serif; font-size: 13px; line-height: 1.4">',
-        f'<div style="font-size: 14px"><b style="color: {COLOURS[report.verdict]}">{escape(words.verdict.upper())}'
-        f"</b> {escape(words.summary)}</div>",
+        f'<div class="gradmagic-watch {NO_MATH}" style="{ROOT}; max-width: 100%">',
+        _head(report.verdict, words.verdict, f'<span style="font-weight: 600">{escape(words.summary)}</span>'),
         f'<div style="{MUTED}; font-size: 12px">{escape(words.timings)}</div>',
     ]
-    parts += [f"<div>{escape(line)}</div>" for line in words.lines]
+    parts += [f'<div style="{CODE}">{escape(line)}</div>' for line in words.lines]
     if words.raised:
         parts.append(f'<div style="color: {COLOURS["error"]}">{escape(words.raised)}</div>')
     parts += [f'<div style="{MUTED}">{escape(note)}</div>' for note in report.notes]
     if report.watched:
-        head = "".join(
-            f'<th align=left style="padding: 2px 8px 2px 0">{escape(h)}</th>'
-            for h in ("op", "where", "calls", "verdict", "first problem")
-        )
-        rows = []
-        for op, row, calls, places in zip(report.watched, words.rows, words.calls, words.places):
-            name, where, count, verdict, problem = row
-            rows.append(
-                f'<tr style="border-top: 1px solid #d0d7de"><td><code>{escape(name)}</code></td>'
-                f"<td>{escape(where)}</td><td>{escape(count)}</td>"
-                f'<td><b style="color: {COLOURS[op.verdict]}">{escape(verdict)}</b></td>'
-                f'<td style="white-space: pre-wrap">{escape(problem)}</td></tr>'
-                f'<tr><td colspan=5><details style="margin: 0 0 6px 12px"><summary>report of '
-                f"<code>{escape(name)}</code></summary>{_watched_op_html(op, calls, places)}</details></td></tr>"
-            )
-        parts.append(  # a table still too wide for the page scrolls in its own frame, never runs off it
-            '<div style="max-width: 100%; overflow-x: auto"><table style="border-collapse: collapse; margin: 4px 0; '
-            f'font-size: 12px"><tr>{head}</tr>{"".join(rows)}</table></div>'
-        )
+        rows = [
+            [name, where, count, (verdict, COLOURS[op.verdict]), problem]
+            for op, (name, where, count, verdict, problem) in zip(report.watched, words.rows)
+        ]
+        under = [
+            _section(f"report of {op.name}", _watched_op_html(op, calls, places), False)
+            for op, calls, places in zip(report.watched, words.calls, words.places)
+        ]
+        headings = ("op", "where", "calls", "verdict", "first problem")
+        parts.append(_table(headings, rows, numeric=(2,), prose=(4,), under=under))
     parts.append("</div>")
     return _ascii("".join(parts))
 

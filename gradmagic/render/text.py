@@ -116,7 +116,9 @@ def watch_timings(report: WatchReport) -> str:
     """The framework; the time the watched block took, the watch's own part in it (the compiled code traced for the
     watch, up to the time before the first recorded call; the recording; setting up and putting back), and the
     checks'; the memory the kept inputs took, of the limit."""
-    return f"{report.framework} {report.framework_version}; {watch_time(report)}"
+    version = report.framework_version  # Keras's names its backend: "keras 3.15.1, jax 0.10.2"
+    framework = version if version.startswith(report.framework) else f"{report.framework} {version}"
+    return f"{framework}; {watch_time(report)}"
 
 
 def watch_time(report: WatchReport) -> str:
@@ -155,13 +157,23 @@ def nonfinite_lines(report: WatchReport) -> list[str]:
         )
     elif not lines:
         lines.append("no gradient or output went non-finite")
+    return lines + worker_lines(report)
+
+
+def worker_lines(report: WatchReport) -> list[str]:
+    """A line per worker of a multi-worker run: its verdict and its ops' calls and verdicts."""
+    lines = []
+    for worker in report.workers:
+        ops = "; ".join(f"{op.name}: {counted(op.calls, 'call')}, {VERDICT_WORDS[op.verdict]}" for op in worker.ops)
+        mine = " (this report)" if worker.worker == report.worker else ""
+        lines.append(f"{worker.worker}{mine}: {VERDICT_WORDS[worker.verdict]}" + (f" ({ops})" if ops else ""))
     return lines
 
 
 def watch_row(op: WatchedOp) -> tuple[str, str, str, str, str]:
     """An op's row of the watch's table: name, where, calls, verdict and its first problem (its code and first
     sentence; the whole of it is in the op's own part below the table)."""
-    calls = f"{op.calls}" + (f" ({op.compiled_calls} compiled)" if op.compiled_calls else "")
+    calls = calls_label(op)
     first = op.first_problem
     problem = ""
     if first is not None:
@@ -173,15 +185,36 @@ def watch_row(op: WatchedOp) -> tuple[str, str, str, str, str]:
     return op.name, op.where or "", calls, VERDICT_WORDS[op.verdict], problem
 
 
+def calls_label(op: WatchedOp) -> str:
+    """`4 (4 compiled)`, `3 (3 under XLA, 1 replayed uncompiled)`, `0 (traced 1 time, never ran)`: the watched code's
+    calls of the op (those under XLA counted, the watch's replays not), and how they ran."""
+    count, ways = _calls(op)
+    return f"{count}" + (f" ({ways})" if ways else "")
+
+
+def _calls(op: WatchedOp) -> tuple[int, str]:
+    own = op.calls - op.replayed_calls
+    compiled = op.compiled_calls - op.replayed_calls
+    ways = [f"{compiled} compiled"] if compiled else []
+    ways += [f"{op.xla_calls} under XLA"] if op.xla_calls else []
+    ways += [f"{op.replayed_calls} replayed uncompiled"] if op.replayed_calls else []
+    ways += [f"on {op.replicas} replicas"] if op.replicas else []
+    if not own + op.xla_calls and op.traces:
+        ways.append(f"traced {counted(op.traces, 'time')}, never ran")
+    return own + op.xla_calls, ", ".join(ways)
+
+
 def watched_op_lines(op: WatchedOp) -> list[str]:
-    """What an op's calls received and did, and the calls it was checked at."""
+    """What an op's calls received and did (as traced, where no call ran), and the calls it was checked at."""
+    count, ways = _calls(op)
     lines = [
-        f"{op.name} ({op.where or 'defined where unknown'}): {counted(op.calls, 'call')}"
-        f"{f' ({op.compiled_calls} compiled)' if op.compiled_calls else ''}, "
-        f"{counted(op.gradient_calls, 'gradient call')}"
+        f"{op.name} ({op.where or 'defined where unknown'}): {counted(count, 'call')}"
+        f"{f' ({ways})' if ways else ''}, {counted(op.gradient_calls, 'gradient call')}"
     ]
     for role, summaries in (("input", op.inputs), ("output", op.outputs)):
         lines += [f"  {role:<7}{value_line(summary)}" for summary in summaries]
+    if not op.inputs:
+        lines += [f"  traced {value_line(summary)}" for summary in op.traced_inputs]
     if op.nonfinite_gradient_calls:
         lines.append(
             f"  gradient non-finite in {op.nonfinite_gradient_calls} of {counted(op.gradient_calls, 'call')}, "
@@ -192,7 +225,8 @@ def watched_op_lines(op: WatchedOp) -> list[str]:
         lines.append(
             "  checked at "
             + "; ".join(
-                f"call {checked.call} ({', '.join(checked.reasons)}): {VERDICT_WORDS[checked.verdict]}"
+                f"{f'call {checked.call}' if checked.call else 'made inputs'} ({', '.join(checked.reasons)}): "
+                f"{VERDICT_WORDS[checked.verdict]}"
                 for checked in op.checked
             )
         )

@@ -5,7 +5,7 @@
     python -m gradmagic.schema --check   exits with 1, naming them, when a file differs from what it would write
 
 A dataclass is a JSON object: its fields (and the properties it names in `DERIVED`) are its properties, required
-unless `added_in` a minor version, typed by their hints (`Annotated[..., JsonSchema(...)]` adds keywords), described
+unless `added_in` a minor version (a derived property: named in `DERIVED_ADDED`), typed by their hints (`Annotated[..., JsonSchema(...)]` adds keywords), described
 by its docstring and the fields' comments. A public alias of `report.py` (`Verdict`, `Shape`, `AnyFloat`) is a named
 definition. `tests/test_schema.py` fails when a shipped file differs from what this makes now.
 """
@@ -188,8 +188,13 @@ class _Schema:
         properties: dict[str, Any] = {}
         required: list[str] = []
         for name in getattr(cls, "DERIVED", ()):
-            properties[name] = self.described(self.of(hints[name]), _sentence(getattr(cls, name).__doc__ or ""))
-            required.append(name)
+            said = _sentence(getattr(cls, name).__doc__ or "")
+            added = getattr(cls, "DERIVED_ADDED", {}).get(name)
+            if added:
+                said = f"{said.rstrip('.')}. Added in {added}."
+            properties[name] = self.described(self.of(hints[name]), said)
+            if not added:
+                required.append(name)
         for item in dataclasses.fields(cls):
             added = item.metadata.get("added in")
             said = comments().get((cls.__name__, item.name), "")

@@ -98,7 +98,15 @@ class Watch:
             raise GradmagicError(
                 f"Cannot start a watch: {error}. Watches do not nest: end the other one first."
             ) from None
-        self._verdicts = Verdicts(self.check, dict(self.options), self.surrogates, watcher.decorated)
+        self._verdicts = Verdicts(
+            self.check,
+            dict(self.options),
+            self.surrogates,
+            watcher.decorated,
+            getattr(watcher, "compiled_difference", None),
+            getattr(watcher, "replica_difference", None),
+            getattr(watcher, "gather_workers", None),
+        )
         self._running, self._started = recording, time.perf_counter()
         return self
 
@@ -128,11 +136,12 @@ class Watch:
     def _timings(self, ended: float, restored: float) -> dict[str, float]:
         """What the watch took, its own part included: `watched`, from entering the block to everything put back;
         `setup`, the watch's installing and putting back; `before_first_call`, when the first recorded call ran in
-        compiled code, the time from the block's start to it: there the compiled code was traced (again) for the
-        watch, and the watched code's own work before its first op ran (an upper bound of the retrace)."""
+        compiled code and the watch traced compiled code again for itself (a copy of a function traced before it, a
+        Keras model's function made again, an XLA step's uncompiled copy), the time from the block's start to it:
+        the retrace and the watched code's own work before its first op ran (an upper bound of the retrace)."""
         timings = {"watched": restored - self._entered, "setup": (self._started - self._entered) + (restored - ended)}
         recorder = self._recorder
-        if recorder.first_call_at is not None and recorder.first_call_compiled:
+        if recorder.first_call_at is not None and recorder.first_call_compiled and self._instrumentation.retraced:
             timings["before_first_call"] = recorder.first_call_at - self._started
         return timings
 

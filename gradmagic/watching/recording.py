@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from gradmagic.frameworks.watching import BackwardCall, ForwardCall, OpSite
+from gradmagic.frameworks.watching import BackwardCall, ForwardCall, OpSite, Replica, TracedCall
 from gradmagic.report import NonFinite, ValueSummary
 
 FIRST_CALL = "first call"
@@ -36,6 +36,8 @@ SHAPES_LISTED = 8
 OTHER_PLACES_KEPT = 3
 #: Distinct (input shapes, object) noted per op, to tell a call with others.
 PLACES_NOTED = 256
+#: Distinct traced signatures (input dtypes and shapes) kept per op, to check an op that was traced and never ran.
+TRACED_KEPT = 3
 
 
 @dataclass
@@ -84,6 +86,17 @@ class ValueStats:
 
     def summary(self) -> ValueSummary:
         return ValueSummary(self.name, self.dtype, tuple(self.shapes), self.minimum, self.maximum, self.nonfinite_calls)
+
+
+def traced_summaries(traced: list[TracedCall]) -> tuple[ValueSummary, ...]:
+    """The inputs of an op as its traces saw them: each input's dtype and the shapes it was traced with."""
+    summaries: dict[str, ValueSummary] = {}
+    for call in traced:
+        for name, dtype, shape in zip(call.input_names, call.dtypes, call.shapes):
+            seen = summaries.get(name)
+            shapes = (seen.shapes if seen else ()) + ((shape,) if not seen or shape not in seen.shapes else ())
+            summaries[name] = ValueSummary(name, dtype.name, shapes[:SHAPES_LISTED])
+    return tuple(summaries.values())
 
 
 def value_range(array: np.ndarray) -> tuple[float | None, float | None, bool]:
@@ -140,6 +153,15 @@ class OpRecord:
     held: OrderedDict[int, HeldCall] = field(default_factory=OrderedDict)  # by call id, the last HELD_CALLS
     numbers: OrderedDict[int, int] = field(default_factory=OrderedDict)  # call id to call number, the last ones
     unrecorded: dict[str, int] = field(default_factory=dict)  # why calls went unrecorded: traces (or calls)
+    traces: int = 0  # times the op was traced into a graph
+    traced: list[TracedCall] = field(default_factory=list)  # the first traces with distinct input dtypes and shapes
+    xla_calls: int = 0  # calls that ran inside XLA-compiled code (counted, never handed over)
+    replayed_calls: int = 0  # of `calls`, those made by the watch's uncompiled replay of an XLA-compiled step
+    #: The first call on each replica of a replicated step, its arguments kept (copied), by replica index: the op is
+    #: checked across them, in the replicas' context, once every replica's is here.
+    replicas: dict[int, tuple[Callable, tuple[tuple, dict]]] = field(default_factory=dict)
+    replica: Replica | None = None  # the first replicated call's replica (its context, how many replicas)
+    replica_shapes: tuple | None = None  # the input shapes of the calls in `replicas`
 
     def kept_calls(self) -> list[KeptCall]:
         """Each kept call once, in call order."""
@@ -176,6 +198,7 @@ class CallRecorder:
             op = self._op(site)
             op.calls += 1
             op.compiled_calls += call.compiled
+            op.replayed_calls += call.replayed
             self._sequence += 1
             call_id = self._sequence
             inputs_finite, low, high = True, None, None
@@ -200,6 +223,7 @@ class CallRecorder:
                 op.smallest = low
                 self._keep(op, SMALLEST, held)
             self._note_outputs(op, call, held)
+            self._note_replica(op, call, held)
             self.seconds += time.perf_counter() - started
         return call_id
 
@@ -225,6 +249,18 @@ class CallRecorder:
                         self._keep(op, NONFINITE_GRADIENT, held)
                 break
             self.seconds += time.perf_counter() - started
+
+    def traced(self, site: OpSite, call: TracedCall) -> None:
+        with self._lock:
+            op = self._op(site)
+            op.traces += 1
+            signature = (call.dtypes, call.shapes)
+            if len(op.traced) < TRACED_KEPT and all((seen.dtypes, seen.shapes) != signature for seen in op.traced):
+                op.traced.append(call)
+
+    def ran_in_xla(self, site: OpSite, calls: int) -> None:
+        with self._lock:
+            self._op(site).xla_calls += calls
 
     def unrecorded(self, site: OpSite, reason: str) -> None:
         with self._lock:
@@ -278,6 +314,23 @@ class CallRecorder:
                 op.first_nonfinite_output = NonFiniteSeen(self._sequence, event)
                 if held.inputs_finite:
                     self._keep(op, NONFINITE_OUTPUT, held)
+
+    def _note_replica(self, op: OpRecord, call: ForwardCall, held: HeldCall) -> None:
+        """Keep the first call on each replica of a replicated step (of the first's input shapes), within the memory
+        limit, to check the op across the replicas."""
+        replica = call.replica
+        if replica is None or replica.index in op.replicas:
+            return
+        shapes = tuple(array.shape for array in call.inputs)
+        if op.replica is None:
+            op.replica, op.replica_shapes = replica, shapes
+        if replica.context is not op.replica.context or shapes != op.replica_shapes:
+            return
+        if self.kept_bytes + held.nbytes > self.memory_limit:
+            self.calls_not_kept += 1
+            return
+        op.replicas[replica.index] = (call.call, call.arguments([np.array(array, copy=True) for array in call.inputs]))
+        self.kept_bytes += held.nbytes
 
     def _keep(self, op: OpRecord, reason: str, held: HeldCall | None) -> None:
         """Keep `held`'s inputs (copied) for `reason`, in place of the call kept for it before; None: a call whose

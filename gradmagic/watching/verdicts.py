@@ -3,12 +3,16 @@ the report of reports built from them and from what the watched code itself show
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import json
 import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import numpy as np
 
 from gradmagic import api
 from gradmagic.frameworks.cache import function_of
@@ -25,11 +29,17 @@ from gradmagic.report import (
     Report,
     WatchedOp,
     WatchReport,
+    WorkerOp,
+    WorkerWatch,
     element_label,
 )
-from gradmagic.watching.recording import NONFINITE_GRADIENT, CallRecorder, KeptCall, OpRecord
+from gradmagic.watching.recording import NONFINITE_GRADIENT, CallRecorder, KeptCall, OpRecord, traced_summaries
 
 _VERDICT_RANK = ("fail", "warn", "surrogate", "pass", "unchecked")
+#: A dimension a trace did not know (a batch's: None) is this long in the inputs an op that never ran is checked at.
+UNKNOWN_DIMENSION = 2
+#: What the inputs an op that never ran is checked at are, in words.
+MADE_INPUTS = f"standard normal values (integers 0), dimensions not known taken as {UNKNOWN_DIMENSION}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,16 @@ class Verdicts:
     options: dict[str, Any]  # the check's options (CheckOptions fields) for every op
     surrogates: frozenset[str]  # ops whose custom gradient is deliberately not the derivative, by name
     decorate: Callable[[Callable], Callable]  # an op's function as recorded, decorated again to be checked
+    #: Where an op's gradient compiled by XLA differs from its uncompiled one at (call, args, kwargs), in words (None:
+    #: it does not); None where the framework has no XLA.
+    compiled_difference: Callable[[Callable, tuple, dict], str | None] | None = None
+    #: Where an op's gradient across the replicas it ran on is off, in words (None: it is not), from (the replicas'
+    #: context, the op's function, this worker's replicas' (args, kwargs) by replica index); None where the framework
+    #: has no replicas.
+    replica_difference: Callable[[Any, Callable, dict], str | None] | None = None
+    #: Every worker's text gathered on every worker, from (the workers' context, this worker's text); None where the
+    #: framework has no workers.
+    gather_workers: Callable[[Any, str], tuple[int, list[tuple[int, str]]]] | None = None
 
 
 def watch_report(
@@ -59,17 +79,17 @@ def watch_report(
     elif isinstance(error, KeyboardInterrupt):
         skip = "not checked: the watch was interrupted"
     watched, interrupted = [], None
+    raised = None if error is None else f"{type(error).__name__}: {error}".rstrip(": ")
     for record in sorted(recorder.ops.values(), key=lambda op: op.first_seen):
         reason = skip or _why_not_checked(record, recorder)
         if interrupted is None and reason is None:
             try:
-                watched.append(_checked(record, instrumentation, verdicts))
+                watched.append(_checked(record, instrumentation, verdicts, raised))
                 continue
             except KeyboardInterrupt as stop:
                 interrupted = stop
-        watched.append(
-            _watched(record, _unchecked(record, reason or "not checked: the checks were interrupted", instrumentation))
-        )
+        report = _unchecked(record, reason or "not checked: the checks were interrupted", instrumentation)
+        watched.append(_watched(record, report, raised=raised))
     report = WatchReport(
         watched=tuple(watched),
         framework=instrumentation.framework,
@@ -81,13 +101,40 @@ def watch_report(
         kept_bytes=recorder.kept_bytes,
         calls_not_kept=recorder.calls_not_kept,
         notes=tuple(instrumentation.notes) + _notes(recorder) + _unmatched(verdicts, recorder),
-        error=None if error is None else f"{type(error).__name__}: {error}".rstrip(": "),
+        error=raised,
     )
+    if instrumentation.workers and verdicts.gather_workers is not None and error is None and interrupted is None:
+        report = _gathered(report, instrumentation.workers[0], verdicts.gather_workers)
     return report, interrupted
 
 
+def _gathered(
+    report: WatchReport, workers: Any, gather: Callable[[Any, str], tuple[int, list[tuple[int, str]]]]
+) -> WatchReport:
+    """The report with every worker's watch (each worker's gathered on every worker), naming this worker."""
+    summary = {
+        "verdict": report.verdict,
+        "ok": report.ok,
+        "ops": [[op.name, op.calls - op.replayed_calls + op.xla_calls, op.verdict] for op in report.watched],
+        "problems": [str(problem) for problem in report.problems if problem.severity != "info"],
+    }
+    try:
+        worker, texts = gather(workers, json.dumps(summary))
+    except Exception as error:  # noqa: BLE001 - this worker's report stands; say why the others are missing
+        note = f"The other workers' watches could not be gathered ({type(error).__name__}: {error})."
+        return dataclasses.replace(report, notes=report.notes + (note,))
+    gathered = []
+    for index, text in texts:
+        data = json.loads(text)
+        ops = tuple(WorkerOp(name, calls, verdict) for name, calls, verdict in data["ops"])
+        gathered.append(
+            WorkerWatch(f"worker {index}", data["verdict"], data["ok"], ops, tuple(data["problems"]))
+        )
+    return dataclasses.replace(report, worker=f"worker {worker}", workers=tuple(gathered))
+
+
 def _why_not_checked(record: OpRecord, recorder: CallRecorder) -> str | None:
-    if record.kept:
+    if record.kept or (record.traced and not record.calls):
         return None
     if not record.calls:
         return "not checked: no call was recorded (see the watch's findings for why)"
@@ -97,11 +144,14 @@ def _why_not_checked(record: OpRecord, recorder: CallRecorder) -> str | None:
     )
 
 
-def _checked(record: OpRecord, instrumentation: Instrumentation, verdicts: Verdicts) -> WatchedOp:
-    """The op checked at each kept call; its report the one that shows the most."""
+def _checked(
+    record: OpRecord, instrumentation: Instrumentation, verdicts: Verdicts, raised: str | None
+) -> WatchedOp:
+    """The op checked at each kept call (an op that never ran: at inputs made to its traced shapes); its report the
+    one that shows the most."""
     ops: dict = {}  # the op decorated for each callable, so that its compiled functions are traced once for its checks
     results = []
-    for kept in record.kept_calls():
+    for kept in record.kept_calls() or _made_calls(record):
         try:
             report = _check_at(record, kept, verdicts, ops)
         except Exception as error:  # noqa: BLE001 - the call cannot be checked (its arguments, the op); say why
@@ -119,7 +169,101 @@ def _checked(record: OpRecord, instrumentation: Instrumentation, verdicts: Verdi
         CheckedCall(kept.number, tuple(kept.reasons), kept.shapes, result.verdict, tuple(result.codes()))
         for kept, result in results
     )
-    return _watched(record, report, checked, chosen.number)
+    found = _xla_finding(record, chosen, verdicts) + _replica_finding(record, verdicts, report.verdict)
+    return _watched(record, report, checked, chosen.number, raised, found)
+
+
+def _replica_finding(record: OpRecord, verdicts: Verdicts, alone: str) -> tuple[Problem, ...]:
+    """The op checked across the replicas it ran on, in their context (its collectives included), at the first call
+    on each: an error where a replica's gradient is off while its check on one replica (`alone`, its verdict) does not
+    fail (where it fails, that check names the error). In a multi-worker run every worker runs this check, whatever
+    its own verdict, so that each takes part in the same collectives."""
+    replica = record.replica
+    if replica is None or verdicts.replica_difference is None:
+        return ()
+    if len(record.replicas) < replica.local:
+        message = (
+            f"`{record.site.name}` ran on {replica.count} replicas in sync, and the first calls of only "
+            f"{len(record.replicas)} of this worker's {replica.local} could be kept (the memory limit): it was not "
+            "checked across the replicas."
+        )
+        return (Problem("watch-replicas", "warning", message, _location(record)),)
+    call = next(iter(record.replicas.values()))[0]
+    arguments = {index: kept[1] for index, kept in record.replicas.items()}
+    try:
+        difference = verdicts.replica_difference(replica.context, call, arguments)
+    except Exception as error:  # noqa: BLE001 - say why it could not be checked across the replicas
+        message = (
+            f"`{record.site.name}` ran on {replica.count} replicas in sync, and could not be checked across them "
+            f"({type(error).__name__}: {error})."
+        )
+        return (Problem("watch-replicas", "warning", message, _location(record)),)
+    if difference is None or alone == "fail":  # checked all the same: every worker runs the same collectives
+        return ()
+    message = (
+        f"`{record.site.name}` ran on {replica.count} replicas in sync; checked across them, at each one's first "
+        f"call, in their context (its collectives included), {difference}: the gradient leaves out what the other "
+        "replicas' outputs owe to this replica's inputs, as a gradient that should all_reduce (as the forward does) "
+        "and does not. Checked on one replica alone, where a collective changes nothing, it passes."
+    )
+    return (Problem("watch-replica-gradient", "error", message, _location(record)),)
+
+
+def _xla_finding(record: OpRecord, kept: KeptCall, verdicts: Verdicts) -> tuple[Problem, ...]:
+    """Where an op that ran under XLA has a gradient there that differs from its uncompiled one (the one the check
+    judged), at the chosen call's inputs."""
+    if not record.xla_calls or verdicts.compiled_difference is None:
+        return ()
+    args, kwargs = kept.arguments
+    try:
+        difference = verdicts.compiled_difference(kept.call, args, kwargs)
+    except Exception as error:  # noqa: BLE001 - the comparison is extra: say why it could not be made
+        message = (
+            f"Its gradient under XLA could not be compared with its uncompiled one ({type(error).__name__}: {error})."
+        )
+        return (Problem("watch-xla-difference", "info", message, _location(record)),)
+    if difference is None:
+        return ()
+    return (
+        Problem(
+            "watch-xla-difference",
+            "warning",
+            f"`{record.site.name}` ran under XLA, and there its gradient is not the uncompiled one the check judged: "
+            f"at {_inputs_of(kept)}, {difference}. The compiled step trains on gradients other than those checked.",
+            _location(record),
+        ),
+    )
+
+
+def _inputs_of(kept: KeptCall) -> str:
+    return f"call {kept.number}'s inputs" if kept.number else "the inputs made to its traced shapes"
+
+
+def _location(record: OpRecord) -> Location:
+    return Location(line=record.site.line, filename=source_label(record.site.filename))
+
+
+def _made_calls(record: OpRecord) -> list[KeptCall]:
+    """Calls made up for an op that was traced and never ran: one per traced signature, its inputs of the traced
+    dtypes and shapes (`MADE_INPUTS`), numbered 0 (no call of the watched code)."""
+    generator = np.random.default_rng(0)
+    made = []
+    for traced in record.traced:
+        arrays = [
+            _made_array(generator, dtype, tuple(UNKNOWN_DIMENSION if size is None else size for size in shape))
+            for dtype, shape in zip(traced.dtypes, traced.shapes)
+        ]
+        shapes = tuple(tuple(array.shape) for array in arrays)
+        reason = "never ran: inputs made to its traced shapes"
+        made.append(KeptCall(0, [reason], traced.call, traced.arguments(arrays), shapes, 0))
+    return made
+
+
+def _made_array(generator: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Standard normal values of a floating dtype (bfloat16's too), zeros of an integer or boolean one."""
+    if dtype.kind in "iub":
+        return np.zeros(shape, dtype)
+    return generator.standard_normal(shape).astype(dtype)
 
 
 def _check_at(record: OpRecord, kept: KeptCall, verdicts: Verdicts, ops: dict) -> Report:
@@ -140,7 +284,7 @@ def _check_at(record: OpRecord, kept: KeptCall, verdicts: Verdicts, ops: dict) -
     except TypeError:  # a callable that cannot be a key: decorated for this check alone
         op = verdicts.decorate(call)
     options = {**verdicts.options, "surrogate": surrogate}
-    return api.check_given(op, args, kwargs, options.pop("framework", "tensorflow"), None, options, given)
+    return api.check_given(op, args, kwargs, options.pop("framework", record.site.framework), None, options, given)
 
 
 def _magic_op(record: OpRecord) -> Callable | None:
@@ -149,7 +293,15 @@ def _magic_op(record: OpRecord) -> Callable | None:
     return op if function_of(op) is record.site.function and info_of(op) else None
 
 
-def _watched(record: OpRecord, report: Report, checked: tuple = (), checked_call: int | None = None) -> WatchedOp:
+def _watched(
+    record: OpRecord,
+    report: Report,
+    checked: tuple = (),
+    checked_call: int | None = None,
+    raised: str | None = None,
+    found: tuple[Problem, ...] = (),
+) -> WatchedOp:
+    """The op's part of the watch's report; `found`: findings of its checks beyond its report's."""
     gradient, output = record.first_nonfinite_gradient, record.first_nonfinite_output
     return WatchedOp(
         report=report,
@@ -165,16 +317,24 @@ def _watched(record: OpRecord, report: Report, checked: tuple = (), checked_call
         first_nonfinite_output=output.event if output else None,
         checked=checked,
         checked_call=checked_call,
-        findings=_findings(record, checked_call),
+        findings=_findings(record, checked_call, raised) + found,
+        traces=record.traces,
+        traced_inputs=traced_summaries(record.traced),
+        xla_calls=record.xla_calls,
+        replayed_calls=record.replayed_calls,
+        replicas=record.replica.count if record.replica is not None else 0,
     )
 
 
-def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]:
+def _findings(record: OpRecord, checked_call: int | None, raised: str | None) -> tuple[Problem, ...]:
     """What the watched code itself showed of the op: a non-finite gradient or output that started there, calls that
-    went unrecorded."""
+    went unrecorded, calls that never ran or ran only inside XLA."""
     findings = []
     name = record.site.name
-    location = Location(line=record.site.line, filename=source_label(record.site.filename))
+    location = _location(record)
+    unrun = _unrun(record, raised)
+    if unrun is not None:
+        findings.append(Problem("watch-traced-only", "info", unrun, location))
     gradient = record.first_nonfinite_gradient
     if gradient is not None and gradient.event.from_finite:
         event = gradient.event
@@ -224,6 +384,30 @@ def _findings(record: OpRecord, checked_call: int | None) -> tuple[Problem, ...]
     return tuple(findings)
 
 
+def _unrun(record: OpRecord, raised: str | None) -> str | None:
+    """What to say of an op whose calls the watch saw no value of: traced and never run (the graph failed, or was
+    never run), or run only inside XLA; None for an op with recorded calls."""
+    if record.calls or not record.traces:
+        return None
+    traced = ", ".join(
+        f"{summary.name} {summary.dtype} {' or '.join(str(list(shape)) for shape in summary.shapes)}".replace(
+            "None", "?"
+        )
+        for summary in traced_summaries(record.traced)
+    )
+    seen = f"`{record.site.name}` was traced {_counted(record.traces, 'time')} ({traced})"
+    if record.xla_calls:
+        ran = (
+            f" and ran {_counted(record.xla_calls, 'time')} inside XLA-compiled code, whose values never reach "
+            "Python, and no step was replayed uncompiled"
+        )
+    elif raised is not None:
+        ran = f" but never ran: the watched code raised {raised}"
+    else:
+        ran = " but never ran"
+    return f"{seen}{ran}. It was checked at inputs made to those shapes ({MADE_INPUTS})."
+
+
 def _unchecked(record: OpRecord, reason: str, instrumentation: Instrumentation) -> Report:
     """A "not checked" report of the op, saying why."""
     site = record.site
@@ -234,7 +418,7 @@ def _unchecked(record: OpRecord, reason: str, instrumentation: Instrumentation) 
     description = OpDescription(
         name=site.name,
         signature=signature,
-        framework=instrumentation.framework,
+        framework=site.framework,
         framework_version=instrumentation.version,
         origin="magic" if _magic_op(record) is not None else "decorated",
         mode="watched",

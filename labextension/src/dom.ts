@@ -18,6 +18,16 @@ export function element<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
+/**
+ * The `<summary>` of `details`, saying `title` in a box of its own beside the marker (`.jp-gradmagic-summary-text`):
+ * where the title wraps, it wraps under its own start, not back under the marker.
+ */
+export function summaryOf(details: HTMLDetailsElement, title: string): HTMLElement {
+  const summary = element('summary', undefined, undefined, details);
+  element('span', 'jp-gradmagic-summary-text', title, summary);
+  return summary;
+}
+
 /** A new SVG element with attributes, appended to `parent`. */
 export function svg<K extends keyof SVGElementTagNameMap>(
   tag: K,

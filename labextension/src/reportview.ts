@@ -9,7 +9,7 @@
  * and exports with the same words, in the same sections and order); this view lays them out and draws the figures.
  */
 import { wordsOf } from './data';
-import { element } from './dom';
+import { element, summaryOf } from './dom';
 import { graphView } from './graphview';
 import { heatmapBlocks, heatmapsView } from './heatmapview';
 import { ILive, ViewState } from './live';
@@ -27,7 +27,7 @@ function section(parent: Element, title: string, name: string, open: boolean, st
   const details = element('details', `jp-gradmagic-section jp-gradmagic-${name}`, undefined, parent);
   details.dataset.section = name;
   details.open = state?.opened.get(name) ?? open;
-  element('summary', undefined, title, details);
+  summaryOf(details, title);
   details.addEventListener('toggle', () => state?.opened.set(name, details.open));
   return details;
 }

@@ -12,7 +12,7 @@ export const SCHEMA_VERSION = '1.9';
 /** The MIME type under which a WatchReport travels from the kernel. */
 export const WATCH_MIME_TYPE = 'application/vnd.gradmagic.watch-report+json';
 /** The WatchReport schema's version this extension was built with; it reads its major version. */
-export const WATCH_SCHEMA_VERSION = '1.1';
+export const WATCH_SCHEMA_VERSION = '1.2';
 
 /**
  * "fail": a problem of severity error; "unchecked": nothing fails but no gradient value could be compared
@@ -500,7 +500,9 @@ export interface IWatchProblem {
 export interface IWatchedOp {
   /** The op's name. */
   name: string;
-  /** The report's verdict, made "fail" by an error in `findings` (and "warn" by a warning, over "pass"). */
+  /**
+   * The report's verdict, made "fail" by an error in `findings` (and "warn" by a warning, over "pass" and "surrogate").
+   */
   verdict: Verdict;
   report: IReport;
   /** "Cell In[3], line 2" or "/path/model.py, line 14": where the op is defined. */
@@ -519,6 +521,24 @@ export interface IWatchedOp {
   /** The kept call whose check `report` is. */
   checked_call: number | null;
   findings: IProblem[];
+  /**
+   * Times the op was traced into a graph (a tf.function, Keras's compiled functions, XLA): an op traced and never run
+   * (its graph failed, or ran inside XLA) is still reached, and checked at inputs of its traced shapes. Added in 1.2.
+   */
+  traces?: Count;
+  /** Its inputs as traced: dtypes and shapes, None for a dimension not known. Added in 1.2. */
+  traced_inputs?: IValueSummary[];
+  /**
+   * Calls that ran inside XLA-compiled code (counted from the compiled steps that ran; their values never reach
+   * Python); not in `calls`. Added in 1.2.
+   */
+  xla_calls?: Count;
+  /**
+   * Of `calls`, those the watch made replaying an XLA-compiled step uncompiled at that step's inputs. Added in 1.2.
+   */
+  replayed_calls?: Count;
+  /** How many replicas in sync it ran on (tf.distribute), where more than one; 0 elsewhere. Added in 1.2. */
+  replicas?: Count;
 }
 
 /** One input or output of an op over the calls a watch recorded: its dtype, the shapes it had, its range. */
@@ -564,6 +584,27 @@ export interface ICheckedCall {
   codes: string[];
 }
 
+/**
+ * One worker's watch of a multi-worker run (`tf.distribute.MultiWorkerMirroredStrategy`): each worker's is gathered on
+ * every worker when the watch ends.
+ */
+export interface IWorkerWatch {
+  /** "worker 1". */
+  worker: string;
+  verdict: Verdict;
+  ok: boolean;
+  ops: IWorkerOp[];
+  /** Its errors and warnings, a line each ("center: error watch-replica-gradient: ..."). */
+  problems: string[];
+}
+
+/** An op as one worker of a multi-worker run watched it. */
+export interface IWorkerOp {
+  name: string;
+  calls: Count;
+  verdict: Verdict;
+}
+
 /** What every view of a watch's report says, worded once, in Python (`gradmagic.render.words.watch_words`). */
 export interface IWatchWords {
   /** The badge: "passes", "fails", ... */
@@ -601,10 +642,19 @@ export interface IWatchWords {
 export interface IWatchReport {
   $schema: 'urn:gradmagic:schema:watch-report';
   version: string;
-  /** True when no problem has severity `error`. */
+  /**
+   * True when the watched code reached at least one op, every op it reached was checked, and no problem has severity
+   * `error`: an op not checked is no pass (`assert watch.report.ok` never passes on nothing). In a multi-worker run, on
+   * every worker.
+   */
   ok: boolean;
-  /** The worst of the ops' verdicts ("fail", "warn", "surrogate", "pass"); "unchecked" when no op was checked. */
+  /**
+   * The worst of the ops' verdicts (every worker's, in a multi-worker run): "fail", then "warn", then "unchecked" when
+   * an op was not checked (also when no op was reached), then "surrogate", "pass".
+   */
   verdict: Verdict;
+  /** How many of the ops reached were checked (their verdict is not "unchecked"). Added in 1.2. */
+  checked?: number;
   /** Every op's findings, then its check's errors and warnings, each naming its op. */
   problems: IWatchProblem[];
   /** The ops, in the order their first calls returned (a nested op before the op calling it). */
@@ -629,6 +679,12 @@ export interface IWatchReport {
   notes: string[];
   /** What the watched code raised ("ValueError: ..."), if it did. */
   error: string | null;
+  /**
+   * In a multi-worker run, the worker this report is of ("worker 0"), and every worker's watch, gathered. Added in 1.2.
+   */
+  worker?: string | null;
+  /** Added in 1.2. */
+  workers?: IWorkerWatch[];
   /**
    * The words every view shows, worded once in Python (gradmagic.render.words); absent from data `to_dict()` wrote, and
    * from data saved before 1.1, where a view words what it can itself. Added in 1.1.

@@ -6,7 +6,7 @@
  * worded once by `gradmagic/render/words.py`, with which the static HTML is written too).
  */
 import { readReport, watchWordsOf } from './data';
-import { element } from './dom';
+import { element, summaryOf } from './dom';
 import { problemItem, reportView } from './reportview';
 import { IWatchReport } from './schema';
 
@@ -49,7 +49,7 @@ export function watchView(watch: IWatchReport): HTMLElement {
     cell.colSpan = 5;
     const details = element('details', 'jp-gradmagic-section jp-gradmagic-watch-details', undefined, cell);
     details.dataset.op = op.name;
-    element('summary', undefined, `report of ${op.name}`, details);
+    summaryOf(details, `report of ${op.name}`);
     const opened = (): void => {
       // Drawn when first opened: a watch of many ops shows its table at once.
       if (!details.open || details.dataset.drawn) {

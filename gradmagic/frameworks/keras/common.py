@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import keras
 
-from gradmagic.frameworks.base import Adapter, Layout
+from gradmagic.frameworks.base import Adapter, Layout, Target
 from gradmagic.frameworks.cache import made_from
+from gradmagic.frameworks.keras import watching
 from gradmagic.frameworks.names import backend_name
 
 
@@ -27,6 +28,10 @@ class KerasAdapter(Adapter):
     def decorate(self, function: Callable) -> Callable:
         """Decorate with `keras.ops.custom_gradient`; the op also takes keyword arguments, as constants."""
         return keyword_binding_op(function)
+
+    def check_scope(self, target: Target) -> ContextManager[None]:
+        """A check's calls of the op are not the watched code's: a running watch does not record them."""
+        return watching.unrecorded()
 
 
 def keyword_binding_op(function: Callable) -> Callable:

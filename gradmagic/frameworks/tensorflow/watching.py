@@ -28,11 +28,13 @@ TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`, distributed 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import inspect
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -46,20 +48,30 @@ from tensorflow.python.util import (
     tf_decorator,
 )
 
-from gradmagic.frameworks import keras_backend
-from gradmagic.frameworks.names import backend_name
-from gradmagic.frameworks.watching import BackwardCall, ForwardCall, Instrumentation, OpSite, Recorder
+from gradmagic.frameworks import is_keras_variable, keras_backend
+from gradmagic.frameworks.tensorflow import replicas
+from gradmagic.frameworks.watching import (
+    BackwardCall,
+    ForwardCall,
+    Instrumentation,
+    OpSite,
+    Recorder,
+    Replica,
+    TracedCall,
+)
 
 _DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
 #: Packages whose own custom-gradient ops are not the user's: passed through unrecorded.
 _FRAMEWORK_PACKAGES = ("tensorflow", "keras", "tf_keras", "gradmagic")
 _KERAS_FUNCTIONS = ("train", "test", "predict")
-#: What `keras.ops.custom_gradient` is on Keras's other backends, whose ops a watch does not record.
-_KERAS_CUSTOM_GRADIENTS = {"jax": "jax.custom_vjp", "torch": "a torch.autograd.Function"}
 #: The recorder of the running watch; graphs traced under an earlier watch record into it too.
 _active: Recorder | None = None
 #: gradmagic's own checks running: their calls of ops (perturbed inputs, compiled batches) are not the watched code's.
 _checks = 0
+#: The watch replaying an XLA-compiled step uncompiled (_XlaSteps): the calls recorded are replayed ones.
+_replaying = 0
+#: The running watch's list of multi-worker strategies met (Instrumentation.workers).
+_workers: list | None = None
 _POSITIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _one_watch = threading.Lock()
 
@@ -68,24 +80,25 @@ _one_watch = threading.Lock()
 def recording(recorder: Recorder) -> Iterator[Instrumentation]:
     """Within: every call of every custom-gradient op (and of its gradient function) is handed to `recorder`;
     everything changed for it is put back on the way out, also on an error or KeyboardInterrupt."""
-    global _active
+    global _active, _workers
     notes: list[str] = []
-    keras_functions, traced_functions = _KerasFunctions(notes), _TracedFunctions(notes)
+    retraced: list[str] = []
+    workers: list = []
+    keras_functions, traced_functions = _KerasFunctions(retraced), _TracedFunctions(notes, retraced)
     if not _one_watch.acquire(blocking=False):
         raise RuntimeError("another watch is running in this process")
     originals = {name: getattr(tf_custom_gradient, name) for name in _DECORATORS}
     try:
-        _active = recorder
+        _active, _workers = recorder, workers
         for name, original in originals.items():
             setattr(tf_custom_gradient, name, _standing_in(original))
         keras_functions.install()
         traced_functions.install()
-        yield Instrumentation("tensorflow", tf.__version__, notes)
+        yield Instrumentation("tensorflow", tf.__version__, notes, retraced, workers)
     finally:
         for name, original in originals.items():
             setattr(tf_custom_gradient, name, original)
-        _active = None
-        notes[:0] = _unrecorded_keras()
+        _active = _workers = None
         try:
             traced_functions.restore()
             keras_functions.restore()
@@ -107,6 +120,72 @@ def unrecorded() -> Iterator[None]:
 def decorated(call: Callable) -> Callable:
     """`call` (an op's own function as recorded) decorated again with `tf.custom_gradient`, to be checked."""
     return tf.custom_gradient(call)
+
+
+#: How far XLA's gradient of an op may be from its uncompiled one, in units of the dtype's machine epsilon times the
+#: gradient's largest magnitude: XLA fuses and reorders arithmetic, which moves results by a few roundings.
+XLA_ROUNDINGS = 1024
+
+
+def compiled_difference(call: Callable, args: tuple, kwargs: dict) -> str | None:
+    """Where the gradient of the op (its function as recorded, `call`) at these arguments, compiled by XLA, differs
+    from its uncompiled gradient beyond XLA's rounding (XLA_ROUNDINGS), in words; None where they agree.
+
+    Both are taken with the same upstream gradient (standard normal, seeded), each in a `tf.function`, with and
+    without `jit_compile`."""
+    op = tf.custom_gradient(call)
+    leaves = tf.nest.flatten((args, kwargs))
+    names = argument_names(call, args, kwargs)
+    picked = [i for i, leaf in enumerate(leaves) if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f"]
+    structure = tf.nest.map_structure(lambda leaf: None, (args, kwargs))
+    generator = np.random.default_rng(0)
+
+    def gradient(inputs, upstream):
+        filled = list(leaves)
+        for position, value in zip(picked, inputs):
+            filled[position] = value
+        call_args, call_kwargs = tf.nest.pack_sequence_as(structure, filled)
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            outputs = tf.nest.flatten(op(*call_args, **call_kwargs))
+        return tape.gradient(outputs, inputs, output_gradients=upstream)
+
+    inputs = [tf.constant(leaves[i]) for i in picked]
+    with unrecorded():
+        outputs = tf.nest.flatten(op(*args, **kwargs))
+        upstream = [tf.constant(generator.standard_normal(output.shape), output.dtype) for output in outputs]
+        plain = tf.function(gradient)(inputs, upstream)
+        xla = tf.function(gradient, jit_compile=True)(inputs, upstream)
+    for position, ours, theirs in zip(picked, plain, xla):
+        if ours is None or theirs is None:
+            continue
+        ours, theirs = np.asarray(ours), np.asarray(theirs)
+        scale = float(np.nanmax(np.abs(ours), initial=0.0)) or 1.0
+        bound = XLA_ROUNDINGS * np.finfo(ours.dtype).eps * scale
+        apart = (np.abs(ours - theirs) > bound) | (np.isnan(ours) != np.isnan(theirs))
+        if apart.any():
+            first = tuple(int(i) for i in np.argwhere(apart)[0])
+            where = names[position] + "".join(f"[{i}]" for i in first)
+            return (
+                f"d{names[position]} differs at {int(apart.sum()):,} of {apart.size:,} elements (first d{where}: "
+                f"under XLA {theirs[first]:.6g}, uncompiled {ours[first]:.6g}; allowed {bound:.3g}, "
+                f"{XLA_ROUNDINGS} roundings of {ours.dtype} at the gradient's scale)"
+            )
+    return None
+
+
+def gather_workers(strategy: Any, text: str) -> tuple[int, list[tuple[int, str]]]:
+    """Every worker's `text` gathered on every worker (`replicas.gather_workers`): this worker's index, and (worker
+    index, text) for each."""
+    with unrecorded():
+        return replicas.gather_workers(strategy, text)
+
+
+def replica_difference(strategy: Any, call: Callable, arguments: dict[int, tuple[tuple, dict]]) -> str | None:
+    """Where the gradient of the op (its function as recorded) across the replicas it ran on is off, in words; None
+    where it is right (`replicas.replica_difference`, its calls unrecorded)."""
+    with unrecorded():
+        return replicas.replica_difference(strategy, call, arguments, argument_names)
 
 
 def _standing_in(original: Callable) -> Callable:
@@ -153,18 +232,29 @@ def _recorded(function: Callable, site: OpSite) -> Callable:
 def _record_forward(site: OpSite, call: _Call, result: Any, gradient_function: Callable) -> tuple[Any, Callable]:
     """Record the call now (eagerly) or at each run of the graph being traced; the result to return and the
     gradient function recording too."""
+    replica = _replica()
     if tf.executing_eagerly():
-        call_id = _deliver("forward", site, call.forward(call.inputs, call.outputs, compiled=False))
-    elif _in_xla():
-        _deliver("unrecorded", site, "was traced inside XLA (jit_compile=True), which cannot call back into Python")
-        return result, gradient_function
+        if replica is not None:
+            replica = Replica(replica[0], int(replica[1]), replica[2], replica[3])
+        call_id = _deliver("forward", site, call.forward(call.inputs, call.outputs, False, replica=replica))
     else:
-        count = len(call.inputs)
+        xla = _in_xla()
+        traced = call.traced(xla)
+        if traced is not None:
+            _deliver("traced", site, traced)
+        if xla:  # XLA cannot call back into Python: its runs are counted, and replayed uncompiled (_XlaSteps)
+            _XlaSteps.traced_in_xla(site)
+            return result, gradient_function
+        count, ends = len(call.inputs), len(call.inputs) + len(call.outputs)
 
         def each_run(*values):
-            return _deliver("forward", site, call.forward(values[:count], values[count:], compiled=True))
+            index = Replica(replica[0], int(values[ends]), replica[2], replica[3]) if replica is not None else None
+            forward = call.forward(values[:count], values[count:ends], True, _replaying > 0, index)
+            return _deliver("forward", site, forward)
 
         values = [tf.stop_gradient(value) for value in call.inputs + call.outputs]
+        if replica is not None:
+            values.append(tf.cast(replica[1], tf.int64))
         call_id = tf.numpy_function(each_run, values, tf.int64, name="gradmagic_watch")
         call.inputs = call.outputs = []  # the graph's tensors: each run hands over its values
         result = _after(call_id, result)
@@ -225,7 +315,10 @@ class _Call:
         leaves = tf.nest.flatten((args, kwargs))
         self.function = function
         self.structure = tf.nest.map_structure(lambda leaf: None, (args, kwargs))  # no graph tensor kept alive
-        names = _argument_names(function, args, kwargs)
+        names = argument_names(function, args, kwargs)
+        # A Keras variable passed as an input is recorded as its value at the call (the check's is the one it had).
+        self.keras_variables = {i: leaf for i, leaf in enumerate(leaves) if is_keras_variable(leaf)}
+        leaves = [tf.convert_to_tensor(leaf) if i in self.keras_variables else leaf for i, leaf in enumerate(leaves)]
         self.picked = [i for i, leaf in enumerate(leaves) if _recordable(leaf)]
         self.inputs = [leaves[i] for i in self.picked]
         self.input_names = tuple(names[i] for i in self.picked)
@@ -237,12 +330,17 @@ class _Call:
         self.output_names = tuple("output" + _path(path) for path, leaf in outputs if _recordable(leaf))
 
     def arguments(self, arrays: list[np.ndarray]) -> tuple[tuple, dict]:
+        """The call's arguments with these arrays as its inputs; a Keras variable's place holds a Keras variable of
+        the array's value (the op reads a variable, as in the call)."""
         leaves = list(self.constants)
         for position, array in zip(self.picked, arrays):
-            leaves[position] = array
+            variable = self.keras_variables.get(position)
+            leaves[position] = array if variable is None else _keras_variable_like(variable, array)
         return tf.nest.pack_sequence_as(self.structure, leaves)
 
-    def forward(self, inputs: list, outputs: list, compiled: bool) -> ForwardCall:
+    def forward(
+        self, inputs: list, outputs: list, compiled: bool, replayed: bool = False, replica: Replica | None = None
+    ) -> ForwardCall:
         """The call as the recorder gets it: these values (the tensors themselves, or a run's) as arrays."""
         return ForwardCall(
             self.function,
@@ -252,7 +350,31 @@ class _Call:
             [np.asarray(value) for value in outputs],
             self.arguments,
             compiled,
+            replayed,
+            replica,
         )
+
+    def traced(self, xla: bool) -> TracedCall | None:
+        """The call as a graph being traced has it (the inputs' dtypes and shapes); None where an input's rank is not
+        known (no inputs can be made for it)."""
+        shapes = [value.shape for value in self.inputs]
+        if any(shape.rank is None for shape in shapes):
+            return None
+        return TracedCall(
+            self.function,
+            self.input_names,
+            tuple(np.dtype(value.dtype.as_numpy_dtype) for value in self.inputs),
+            tuple(tuple(shape.as_list()) for shape in shapes),
+            self.arguments,
+            xla,
+        )
+
+
+def _keras_variable_like(variable: Any, value: np.ndarray) -> Any:
+    """A new Keras variable of `value`, named and typed as `variable`."""
+    import keras
+
+    return keras.Variable(value, dtype=variable.dtype, trainable=variable.trainable, name=variable.name)
 
 
 def _deliver(method: str, site: OpSite, *arguments: Any) -> int:
@@ -280,6 +402,23 @@ def _after(done: tf.Tensor, structure: Any) -> Any:
     """`structure` with each tensor waiting for `done` (an identity), so that computing it runs `done` too."""
     with tf.control_dependencies([done]):
         return tf.nest.map_structure(lambda leaf: tf.identity(leaf) if _is_tensor(leaf) else leaf, structure)
+
+
+def _replica() -> tuple[Any, Any, int, int] | None:
+    """(the strategy, this replica's index, how many replicas, how many on this worker) where the op is called in one
+    replica of a step replicated over several (`strategy.run`, Keras's distributed train step); None elsewhere. The
+    index is a tensor inside a graph."""
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return None
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync < 2:
+        return None
+    strategy = context.strategy
+    local = len(strategy.extended.worker_devices)
+    workers = _workers
+    if workers is not None and local < context.num_replicas_in_sync and all(s is not strategy for s in workers):
+        workers.append(strategy)
+    return strategy, context.replica_id_in_sync_group, context.num_replicas_in_sync, local
 
 
 def _in_xla() -> bool:
@@ -316,7 +455,7 @@ def _positional(function: Callable) -> tuple[tuple[str, ...], str]:
     return positional, variadic
 
 
-def _argument_names(function: Callable, args: tuple, kwargs: dict) -> list[str]:
+def argument_names(function: Callable, args: tuple, kwargs: dict) -> list[str]:
     """A name for each leaf of `(args, kwargs)`, in `tf.nest.flatten` order: `x`, `args[1]`, `pair[0]`."""
     skipped = 0
     while isinstance(function, functools.partial) or inspect.ismethod(function):
@@ -357,13 +496,13 @@ class _KerasFunctions:
     """Keras models' compiled train, test and predict functions, made again under the watch, put back after.
 
     A model keeps the functions it traced (`model.train_function`); while a watch runs, the first time a model needs
-    one it makes it again, so that the trace runs through the recording. XLA cannot call back into Python: a model
-    compiled with XLA (`jit_compile`, Keras's default on a GPU) makes them without it, and the watch says so. When the
-    watch ends, each model gets back the function it had (or none, to trace again when next needed).
+    one it makes it again, so that the trace runs through the recording. A model compiled with XLA (`jit_compile`,
+    Keras's default on a GPU) keeps it: its XLA-compiled step is counted and replayed at its boundary (`_XlaSteps`).
+    When the watch ends, each model gets back the function it had (or none, to trace again when next needed).
     """
 
-    def __init__(self, notes: list[str]):
-        self.notes = notes
+    def __init__(self, retraced: list[str]):
+        self.retraced = retraced
         self.trainer = _keras_trainer()
         self.originals: dict[str, Callable] = {}
         self.previous: dict[tuple[int, str], tuple[weakref.ref, Any]] = {}
@@ -385,30 +524,16 @@ class _KerasFunctions:
             key = (id(model), kind)
             if key not in self.previous:
                 self.previous[key] = (weakref.ref(model), getattr(model, attribute))
+                if getattr(model, attribute) is not None:
+                    self.retraced.append(f"Keras model `{model.name}`'s {kind} function")
                 force = True
             before = getattr(model, attribute)
-            jit_compile = not model.run_eagerly and model.jit_compile  # resolves Keras's "auto" as making would
-            if jit_compile:
-                model._jit_compile = False
-                self._note_xla(model, kind)
-            try:
-                made = original(model, force=force)
-            finally:
-                if jit_compile:
-                    model._jit_compile = True
+            made = original(model, force=force)
             if getattr(model, attribute) is not before:
                 self.made.setdefault(key, []).append(getattr(model, attribute))
             return made
 
         return make_function
-
-    def _note_xla(self, model: Any, kind: str) -> None:
-        note = (
-            f"Keras model `{model.name}` ran its {kind} steps without XLA (jit_compile) during the watch: XLA cannot "
-            "call back into Python to record the custom gradients' calls."
-        )
-        if note not in self.notes:
-            self.notes.append(note)
 
     def restore(self) -> None:
         for name, original in self.originals.items():
@@ -426,11 +551,12 @@ class _TracedFunctions:
     """The user's `tf.function`s: those traced before the watch run a copy traced for it, those traced during it
     forget those traces when it ends (see the module's docstring)."""
 
-    def __init__(self, notes: list[str]):
-        self.notes = notes
+    def __init__(self, notes: list[str], retraced: list[str]):
+        self.notes, self.retraced = notes, retraced
         self.copies: dict[int, tuple[Any, Any]] = {}  # id(function): (function, its copy or None: run it as it is)
         self.traced: dict[int, Any] = {}  # the user's functions run as they are, and traced during the watch
         self.original: Callable | None = None
+        self.xla = _XlaSteps(notes, retraced, self.copies)
 
     def install(self) -> None:
         self.original = polymorphic_function.Function.__call__
@@ -438,6 +564,8 @@ class _TracedFunctions:
 
         @functools.wraps(original)
         def call(function, *args, **kwargs):
+            if function._jit_compile and not tf.config.functions_run_eagerly():
+                return self.xla.call(function, functools.partial(original, function), args, kwargs)
             entry = copies.get(id(function))
             if entry is None or entry[0] is not function:
                 entry = copies[id(function)] = (function, self._copy(function, args, kwargs))
@@ -461,12 +589,6 @@ class _TracedFunctions:
             return None
         python_function = inspect.unwrap(function.python_function)
         name = getattr(python_function, "__name__", "a tf.function")
-        if function._jit_compile:
-            self._note(
-                f"tf.function `{name}` was traced before the watch, with XLA (jit_compile=True): it ran its own "
-                "trace, and the custom gradients it calls went unrecorded."
-            )
-            return None
         copy = function._clone(None)
         self.copies[id(copy)] = (copy, None)  # the copy itself runs as it is
         try:
@@ -484,6 +606,7 @@ class _TracedFunctions:
             f"tf.function `{name}` was traced before the watch: a copy of it was traced for the watch (its own trace "
             "is kept for after)."
         )
+        self.retraced.append(f"`{name}`")
         return copy
 
     def _note(self, note: str) -> None:
@@ -500,6 +623,243 @@ class _TracedFunctions:
         self.traced.clear()
 
 
+#: Input signatures at which each XLA-compiled function is replayed uncompiled, at most.
+REPLAYED_SIGNATURES = 3
+#: Runs of each XLA-compiled function whose inputs and variables are held, to replay them once a run leaves its outputs
+#: or variables non-finite: that run and the one before it (a gradient gone non-finite in one run may show only in the
+#: next run's outputs, where it updates no variable).
+HELD_RUNS = 2
+#: Per thread, a dict per XLA-compiled function being traced: how many calls of each op its trace holds.
+_tracing_xla = threading.local()
+
+
+@dataclass
+class _Run:
+    """A run of an XLA-compiled function: its arguments and the values of its variables before it."""
+
+    args: tuple
+    kwargs: dict
+    variables: list
+
+
+class _XlaSteps:
+    """XLA-compiled functions (`jit_compile=True`: a user's `tf.function`, a Keras model's train step) under the watch.
+
+    XLA cannot call back into Python, so the custom-gradient ops inside hand over no values. The function runs
+    compiled, as without the watch; its boundary (an eager call, or each run of the graph calling it, through
+    `tf.numpy_function`s its inputs and its outputs wait for) is watched instead. Each run counts a call of each op
+    its trace holds. Chosen runs are replayed: an uncompiled copy of the function, traced under the watch (so it
+    records), runs at the run's inputs and the values its variables had before it, then every variable it captures is
+    put back, bit for bit. Chosen: the first run at each input signature (up to REPLAYED_SIGNATURES), replayed before
+    it runs; and, the first time a run leaves the function's outputs or its variables not all finite (a gradient gone
+    NaN shows in the variables it updates), that run and the one before it, replayed after (the last HELD_RUNS runs'
+    inputs and variables are held for it, while they fit in the watch's memory limit).
+    """
+
+    def __init__(self, notes: list[str], retraced: list[str], copies: dict[int, tuple[Any, Any]]):
+        self.notes, self.retraced = notes, retraced
+        self.copies = copies  # _TracedFunctions.copies: the uncompiled copies run as they are
+        self.reached: dict[int, dict[OpSite, int]] = {}  # id(function): calls of each op in its latest trace
+        self.replayed: dict[int, list] = {}  # id(function): the input signatures replayed
+        self.uncompiled: dict[int, Any] = {}  # id(function): its uncompiled copy, None where it cannot have one
+        self.held: dict[int, collections.deque] = {}  # id(function): its last runs (_Run), until it goes non-finite
+        self.kept: list[Any] = []  # the functions met, alive while the watch runs (their ids are keys)
+
+    @staticmethod
+    def traced_in_xla(site: OpSite) -> None:
+        """Count a call of the op in the XLA-compiled function being traced on this thread."""
+        stack = getattr(_tracing_xla, "stack", None)
+        if stack:
+            stack[-1][site] = stack[-1].get(site, 0) + 1
+
+    def call(self, function: Any, run: Callable, args: tuple, kwargs: dict) -> Any:
+        """`function` called through `run` (its own `__call__`), counted and replayed at its boundary."""
+        concrete = self._concrete(function, args, kwargs)
+        reached = self.reached.get(id(function))
+        if not reached:
+            return run(*args, **kwargs)
+        if tf.executing_eagerly():
+            self._before(function, concrete, reached, args, kwargs)
+            result = run(*args, **kwargs)
+            self._after(function, concrete, bool(_all_finite(tf.nest.flatten(result), concrete.variables)))
+            return result
+        leaves = tf.nest.flatten((args, kwargs), expand_composites=True)
+        picked = [i for i, leaf in enumerate(leaves) if isinstance(leaf, tf.Tensor)]
+        structure = tf.nest.map_structure(lambda leaf: None, (args, kwargs), expand_composites=True)
+        constants = [None if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves]
+
+        def before(*values):
+            filled = list(constants)
+            for position, value in zip(picked, values):
+                filled[position] = tf.constant(value)
+            step_args, step_kwargs = tf.nest.pack_sequence_as(structure, filled, expand_composites=True)
+            self._before(function, concrete, reached, step_args, step_kwargs)
+            return np.int64(0)
+
+        def after(finite):
+            self._after(function, concrete, bool(finite))
+            return np.int64(0)
+
+        started = tf.numpy_function(before, [leaves[i] for i in picked], tf.int64, name="gradmagic_watch_xla_step")
+        with tf.control_dependencies([started]):
+            for position in picked:
+                leaves[position] = tf.identity(leaves[position])
+        step_args, step_kwargs = tf.nest.pack_sequence_as((args, kwargs), leaves, expand_composites=True)
+        result = run(*step_args, **step_kwargs)
+        with tf.control_dependencies([leaf for leaf in tf.nest.flatten(result) if _is_tensor(leaf)]):
+            finite = _all_finite(tf.nest.flatten(result), concrete.variables)  # the variables as the run left them
+        return _after(tf.numpy_function(after, [finite], tf.int64, name="gradmagic_watch_xla_step_end"), result)
+
+    def _concrete(self, function: Any, args: tuple, kwargs: dict) -> Any:
+        """The function's trace for these arguments (traced now if it must be), noting the ops a new trace holds. A
+        function traced before the watch is traced once more, a copy, to see which ops its trace holds."""
+        if id(function) not in self.reached:
+            self.kept.append(function)
+            if function.experimental_get_tracing_count():
+                self.retraced.append(f"`{_function_name(function)}`")
+                copy = function._clone(None)
+                self.reached[id(function)] = _reached(lambda: copy.get_concrete_function(*args, **kwargs))[1]
+        traces = function.experimental_get_tracing_count()
+        concrete, reached = _reached(lambda: function.get_concrete_function(*args, **kwargs))
+        if function.experimental_get_tracing_count() != traces or id(function) not in self.reached:
+            self.reached[id(function)] = reached
+        return concrete
+
+    def _before(self, function: Any, concrete: Any, reached: dict[OpSite, int], args: tuple, kwargs: dict) -> None:
+        """Before a run of the compiled function: its ops' calls counted, the run held, and replayed first where it
+        is the first at its input signature."""
+        for site, calls in reached.items():
+            _deliver("ran_in_xla", site, calls)
+        held = self.held.get(id(function), collections.deque(maxlen=HELD_RUNS))
+        if held is not None:
+            held.append(_Run(args, kwargs, [tf.identity(variable) for variable in concrete.variables]))
+            self.held[id(function)] = held if _fits(held) else None
+        signature = _signature((args, kwargs))
+        replayed = self.replayed.setdefault(id(function), [])
+        if signature in replayed or len(replayed) >= REPLAYED_SIGNATURES:
+            return
+        replayed.append(signature)
+        self._replay(function, concrete.variables, [_Run(args, kwargs, [])])
+
+    def _after(self, function: Any, concrete: Any, finite: bool) -> None:
+        """After a run: the first time the function's outputs or variables are not all finite, the held runs
+        replayed."""
+        held = self.held.get(id(function))
+        if held is None or finite:
+            return
+        self.held[id(function)] = None  # once
+        self._replay(function, concrete.variables, list(held))
+
+    def _replay(self, function: Any, variables: Any, runs: list[_Run]) -> None:
+        """Run the uncompiled copy at each run's inputs and variables (those it had before it, where held; else as
+        they are), recording, then put every variable the function captures back as it was."""
+        global _replaying
+        if not runs or (uncompiled := self._uncompiled(function, runs[0].args, runs[0].kwargs)) is None:
+            return
+        now = [tf.identity(variable) for variable in variables]
+        _replaying += 1
+        try:
+            for run in runs:
+                for variable, value in zip(variables, run.variables):
+                    variable.assign(value)
+                uncompiled(*run.args, **run.kwargs)
+        except Exception as error:  # noqa: BLE001 - the compiled function runs all the same, and raises if it raises
+            self._note(
+                f"Replaying XLA-compiled `{_function_name(function)}` uncompiled failed ({type(error).__name__}: "
+                f"{error}): the custom-gradient ops it runs were counted, not recorded."
+            )
+        finally:
+            _replaying -= 1
+            for variable, value in zip(variables, now):
+                variable.assign(value)
+
+    def _uncompiled(self, function: Any, args: tuple, kwargs: dict) -> Any:
+        """An uncompiled copy of `function` (the same Python function and settings, without XLA), traced under the
+        watch; None where the copy's trace would create variables (it would not run on the function's own)."""
+        if id(function) in self.uncompiled:
+            return self.uncompiled[id(function)]
+        name = _function_name(function)
+        self.retraced.append(f"`{name}` (uncompiled)")
+        copy = function._clone(None)
+        copy._jit_compile = False
+        self.copies[id(copy)] = (copy, None)  # it runs as it is
+        try:
+            copy.get_concrete_function(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the compiled function runs all the same
+            copy = None
+            self._note(
+                f"XLA-compiled `{name}` could not be replayed uncompiled ({type(error).__name__}: {error}): the "
+                "custom-gradient ops it runs were counted, not recorded."
+            )
+        if copy is not None and copy._created_variables:
+            copy = None
+            self._note(
+                f"XLA-compiled `{name}` creates variables when traced: an uncompiled copy would create others, so it "
+                "was not replayed; the custom-gradient ops it runs were counted, not recorded."
+            )
+        self.uncompiled[id(function)] = copy
+        if copy is not None:
+            self._note(
+                f"`{name}` ran compiled with XLA (jit_compile), as without the watch. XLA hands no values back to "
+                f"Python, so the watch replayed chosen runs uncompiled, at their inputs and variables (every variable "
+                f"put back, bit for bit, after), to record the custom-gradient ops inside: the first run at each input "
+                f"signature (up to {REPLAYED_SIGNATURES}), and the first run that left its outputs or variables "
+                "non-finite, with the run before it; its other runs were counted."
+            )
+        return copy
+
+    def _note(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
+
+
+def _fits(held: collections.deque) -> bool:
+    """Whether the held runs' variables fit in the running watch's memory limit (else none are held)."""
+    limit = getattr(_active, "memory_limit", 0)
+    return sum(value.shape.num_elements() * value.dtype.size for run in held for value in run.variables) <= limit
+
+
+def _is_float(value: Any) -> bool:
+    return _is_tensor(value) and value.dtype.is_floating
+
+
+@tf.function(autograph=False)
+def _finite(values: list) -> tf.Tensor:
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(value)) for value in values])
+
+
+def _all_finite(outputs: list, variables: Any) -> tf.Tensor:
+    """Whether every element of a run's floating outputs and of the floating variables it captures is finite (a
+    gradient gone NaN in the run shows in the variables it updates, before any output)."""
+    values = [value for value in list(outputs) + list(variables) if _is_float(value)]
+    if not values:
+        return tf.constant(True)
+    return _finite(values) if tf.executing_eagerly() else _finite.python_function(values)
+
+
+def _reached(trace: Callable[[], Any]) -> tuple[Any, dict[OpSite, int]]:
+    """What `trace` returns, and the calls of each op that XLA-compiled code it traced holds."""
+    stack = _tracing_xla.__dict__.setdefault("stack", [])
+    stack.append({})
+    try:
+        return trace(), stack[-1]
+    finally:
+        stack.pop()
+
+
+def _signature(structure: Any) -> tuple:
+    """What tells the runs of a function apart for its replays: each tensor's dtype and shape, other values as they
+    are."""
+    return tuple(
+        (str(leaf.dtype), tuple(leaf.shape)) if hasattr(leaf, "dtype") and hasattr(leaf, "shape") else repr(leaf)
+        for leaf in tf.nest.flatten(structure, expand_composites=True)
+    )
+
+
+def _function_name(function: Any) -> str:
+    return getattr(inspect.unwrap(function.python_function), "__name__", None) or "a tf.function"
+
+
 def _users(function: Any) -> bool:
     """Whether a `tf.function` runs the user's code (not TensorFlow's, Keras's or gradmagic's own)."""
     python_function = inspect.unwrap(function.python_function)
@@ -514,19 +874,3 @@ def _keras_trainer() -> type | None:
 
     return TensorFlowTrainer
 
-
-def _unrecorded_keras() -> list[str]:
-    """A note where Keras runs on JAX or PyTorch in this process: its custom-gradient ops are not recorded, said
-    plainly with what to do instead."""
-    backend = keras_backend()
-    if backend not in _KERAS_CUSTOM_GRADIENTS:
-        return []
-    name = backend_name(backend)
-    return [
-        f"Keras runs on {name} in this process (KERAS_BACKEND={backend}), and a watch records TensorFlow's "
-        "custom-gradient ops only (tf.custom_gradient, and keras.ops.custom_gradient on Keras's TensorFlow backend): "
-        f"keras.ops.custom_gradient ops on {name} ({_KERAS_CUSTOM_GRADIENTS[backend]}) are not watched, so none of "
-        "their calls was recorded or checked. Check such an op with gradmagic.check(op, x) at the inputs its layer "
-        "receives (a batch of the previous layer's outputs), or run the model with KERAS_BACKEND=tensorflow to watch "
-        "it."
-    ]
