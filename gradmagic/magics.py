@@ -619,8 +619,8 @@ class GradientMagics(Magics):
         again after it. XLA-compiled code (jit_compile=True, a Keras model's
         included) runs compiled as without the watch: its runs are counted,
         and chosen runs (the first at each input signature, the first that
-        left its outputs or variables non-finite and the one before) are
-        replayed uncompiled, their variables put back. Ops run on several replicas
+        left its variables non-finite and the one before) are replayed
+        uncompiled, their variables put back. Ops run on several replicas
         (tf.distribute) are also checked across the replicas; under
         MultiWorkerMirroredStrategy every worker's watch is gathered. An op
         traced but never run is checked at inputs of its traced shapes, and

@@ -8,8 +8,12 @@ runs. The arrays it hands over may share memory with the framework's buffers: a 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -117,3 +121,53 @@ class Instrumentation:
     #: multi-worker strategies); when the watch ends, every worker's report is gathered through the first
     #: (`gather_workers`).
     workers: list[Any] = field(default_factory=list)
+
+
+_POSITIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def argument_names(
+    function: Callable, args: tuple, kwargs: dict, flatten_with_paths: Callable[[Any], Iterable[tuple[tuple, Any]]]
+) -> list[str]:
+    """A name for each leaf of `(args, kwargs)`, in the order the framework's `flatten_with_paths` (its leaves with
+    their paths) gives them: `x`, `args[1]`, `pair[0]`."""
+    skipped = 0
+    while isinstance(function, functools.partial) or inspect.ismethod(function):
+        if isinstance(function, functools.partial):
+            skipped += len(function.args)
+            function = function.func
+        else:
+            skipped += 1  # self
+            function = function.__func__
+    positional, variadic = _positional(function)
+    positional = positional[skipped:]
+    names = []
+    for index, arg in enumerate(args):
+        base = positional[index] if index < len(positional) else f"{variadic}[{index - len(positional)}]"
+        names += [base + path_label(path) for path, _ in flatten_with_paths(arg)]
+    names += [str(path[0]) + path_label(path[1:]) for path, _ in flatten_with_paths(kwargs)]
+    return names
+
+
+def path_label(path: tuple) -> str:
+    """`[0]['mean']`: a path into a structure, as Python indexes it."""
+    return "".join(f"[{step!r}]" if isinstance(step, str) else f"[{step}]" for step in path)
+
+
+def _positional(function: Callable) -> tuple[tuple[str, ...], str]:
+    """The names of `function`'s positional parameters, and of its `*args` (kept per function: eager calls ask
+    often)."""
+    try:
+        return _POSITIONAL[function]
+    except (KeyError, TypeError):
+        pass
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return (), "args"
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = tuple(p.name for p in parameters if p.kind in kinds)
+    variadic = next((p.name for p in parameters if p.kind == inspect.Parameter.VAR_POSITIONAL), "args")
+    with contextlib.suppress(TypeError):  # a callable that cannot be referenced weakly is read each time
+        _POSITIONAL[function] = (positional, variadic)
+    return positional, variadic

@@ -5,9 +5,10 @@
     python -m gradmagic.schema --check   exits with 1, naming them, when a file differs from what it would write
 
 A dataclass is a JSON object: its fields (and the properties it names in `DERIVED`) are its properties, required
-unless `added_in` a minor version (a derived property: named in `DERIVED_ADDED`), typed by their hints (`Annotated[..., JsonSchema(...)]` adds keywords), described
-by its docstring and the fields' comments. A public alias of `report.py` (`Verdict`, `Shape`, `AnyFloat`) is a named
-definition. `tests/test_schema.py` fails when a shipped file differs from what this makes now.
+unless `added_in` a minor version (a derived property: named in `DERIVED_ADDED`), typed by their hints
+(`Annotated[..., JsonSchema(...)]` adds keywords), described by its docstring and the fields' comments. A public
+alias of `report.py` (`Verdict`, `Shape`, `AnyFloat`) is a named definition. `tests/test_schema.py` fails when a
+shipped file differs from what this makes now.
 """
 
 from __future__ import annotations

@@ -26,7 +26,15 @@ from typing import Any, Callable, Iterator
 import keras
 import numpy as np
 
-from gradmagic.frameworks.watching import BackwardCall, ForwardCall, Instrumentation, OpSite, Recorder
+from gradmagic.frameworks.watching import (
+    BackwardCall,
+    ForwardCall,
+    Instrumentation,
+    OpSite,
+    Recorder,
+    argument_names,
+    path_label,
+)
 
 #: Packages whose own custom-gradient ops are not the user's: passed through unrecorded.
 _FRAMEWORK_PACKAGES = ("jax", "keras", "flax", "optax", "torch", "tensorflow", "tf_keras", "gradmagic")
@@ -37,7 +45,6 @@ _active: Recorder | None = None
 #: gradmagic's own checks running: their calls of ops are not the watched code's.
 _checks = 0
 _one_watch = threading.Lock()
-_POSITIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
@@ -230,43 +237,6 @@ class Pairing:
                 self.backwards.append(call)
 
 
-def path_label(path: tuple) -> str:
-    return "".join(f"[{step!r}]" if isinstance(step, str) else f"[{step}]" for step in path)
-
-
-def _positional(function: Callable) -> tuple[tuple[str, ...], str]:
-    """The names of `function`'s positional parameters, and of its `*args` (kept per function)."""
-    try:
-        return _POSITIONAL[function]
-    except (KeyError, TypeError):
-        pass
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return (), "args"
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    positional = tuple(p.name for p in parameters if p.kind in kinds)
-    variadic = next((p.name for p in parameters if p.kind == inspect.Parameter.VAR_POSITIONAL), "args")
-    with contextlib.suppress(TypeError):  # a callable that cannot be referenced weakly is read each time
-        _POSITIONAL[function] = (positional, variadic)
-    return positional, variadic
-
-
 def _argument_names(function: Callable, args: tuple, kwargs: dict) -> list[str]:
     """A name for each leaf of `(args, kwargs)`, in `keras.tree.flatten` order: `x`, `args[1]`, `pair[0]`."""
-    skipped = 0
-    while isinstance(function, functools.partial) or inspect.ismethod(function):
-        if isinstance(function, functools.partial):
-            skipped += len(function.args)
-            function = function.func
-        else:
-            skipped += 1  # self
-            function = function.__func__
-    positional, variadic = _positional(function)
-    positional = positional[skipped:]
-    names = []
-    for index, arg in enumerate(args):
-        base = positional[index] if index < len(positional) else f"{variadic}[{index - len(positional)}]"
-        names += [base + path_label(path) for path, _ in keras.tree.flatten_with_path(arg)]
-    names += [str(path[0]) + path_label(path[1:]) for path, _ in keras.tree.flatten_with_path(kwargs)]
-    return names
+    return argument_names(function, args, kwargs, keras.tree.flatten_with_path)

@@ -169,7 +169,7 @@ class _Checker:
 
     def _run(self, function: Callable, bundles: Any) -> list:
         """`function` run on every replica; this worker's replicas' results, as NumPy, in replica order."""
-        results = tf.function(lambda bundle: self.strategy.run(function, args=(bundle,)))(bundles)
+        results = traced_once(lambda bundle: self.strategy.run(function, args=(bundle,)))(bundles)
         local = self.strategy.experimental_local_results(results)
         return [[np.asarray(value) for value in tf.nest.flatten(result)] for result in local]
 
@@ -190,6 +190,14 @@ class _Checker:
             return tf.distribute.get_replica_context().all_reduce("sum", tf.identity(bundle))
 
         return self._run(reduced, self._each(lambda index: tf.constant(value(index))))[0][0]
+
+
+def traced_once(function: Callable, **options: Any) -> Any:
+    """`function` as a `tf.function` made for one use: TensorFlow's "frequent retracing" warning, which counts traces
+    per code object across every such function, is off for it (as for the check engine's own, `tracing.compiled`)."""
+    made = tf.function(function, **options)
+    made._omit_frequent_tracing_warning = True
+    return made
 
 
 def _one_hot(index: int, count: int, value: float) -> np.ndarray:
@@ -217,7 +225,7 @@ def gather_workers(strategy: Any, text: str) -> tuple[int, list[tuple[int, str]]
         bundles = strategy.experimental_distribute_values_from_function(
             lambda context: tf.constant(value(context.replica_id_in_sync_group))
         )
-        results = tf.function(lambda bundle: strategy.run(reduced, args=(bundle,)))(bundles)
+        results = traced_once(lambda bundle: strategy.run(reduced, args=(bundle,)))(bundles)
         return np.asarray(strategy.experimental_local_results(results)[0])
 
     lengths = summed(lambda index: mine(index, _one_hot(index, count, data.size).astype(np.int32)))

@@ -9,17 +9,19 @@ While a watch runs, both give TensorFlow a stand-in for the user's function, whi
   traced: it adds a `tf.numpy_function` that hands each run's values to the recorder, and makes the op's outputs (and
   the gradients its gradient function returns) depend on it, so that it runs whenever they are computed. The values
   themselves pass through unchanged;
-* inside XLA (`jit_compile=True`), which cannot call back into Python, it adds nothing and notes the op unrecorded.
+* inside XLA (`jit_compile=True`), which cannot call back into Python, it adds nothing: the op is noted as traced
+  there (`Recorder.traced`), each run of the XLA-compiled function is counted at its boundary, and chosen runs are
+  replayed uncompiled to record the ops (`_XlaSteps`);
+* in a step replicated over several replicas (`tf.distribute`), each call says its replica, and the op is checked
+  across them (`replicas.py`).
 
 A graph traced before the watch would run without the recording, so while a watch runs:
 
 * Keras's compiled train, test and predict functions (traced once per model and kept) are made again the first time
-  a model needs them (without XLA, so that they can call back into Python); the model gets its own back when the
-  watch ends;
+  a model needs them (XLA kept where the model has it); the model gets its own back when the watch ends;
 * a `tf.function` of the user's traced before the watch runs a copy of itself traced for the watch (`_clone`: the
   same function and settings), and keeps its own trace for after. A copy whose trace would create variables (others
-  than the function's own) is never run, nor is one compiled by XLA: the function runs its own trace, unrecorded,
-  and the watch says so.
+  than the function's own) is never run: the function runs its own trace, unrecorded, and the watch says so.
 
 A `tf.function` first traced during the watch is not copied (its first trace may create the variables it keeps): its
 traces are forgotten when the watch ends, so that it traces again, without the recording, when next called.
@@ -48,8 +50,9 @@ from tensorflow.python.util import (
     tf_decorator,
 )
 
-from gradmagic.frameworks import is_keras_variable, keras_backend
+from gradmagic.frameworks import is_keras_variable, keras_backend, watching
 from gradmagic.frameworks.tensorflow import replicas
+from gradmagic.frameworks.tensorflow.replicas import traced_once
 from gradmagic.frameworks.watching import (
     BackwardCall,
     ForwardCall,
@@ -72,7 +75,6 @@ _checks = 0
 _replaying = 0
 #: The running watch's list of multi-worker strategies met (Instrumentation.workers).
 _workers: list | None = None
-_POSITIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _one_watch = threading.Lock()
 
 
@@ -96,9 +98,12 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
         traced_functions.install()
         yield Instrumentation("tensorflow", tf.__version__, notes, retraced, workers)
     finally:
-        for name, original in originals.items():
-            setattr(tf_custom_gradient, name, original)
-        _active = _workers = None
+        try:
+            traced_functions.xla.finish()
+        finally:
+            for name, original in originals.items():
+                setattr(tf_custom_gradient, name, original)
+            _active = _workers = None
         try:
             traced_functions.restore()
             keras_functions.restore()
@@ -154,8 +159,8 @@ def compiled_difference(call: Callable, args: tuple, kwargs: dict) -> str | None
     with unrecorded():
         outputs = tf.nest.flatten(op(*args, **kwargs))
         upstream = [tf.constant(generator.standard_normal(output.shape), output.dtype) for output in outputs]
-        plain = tf.function(gradient)(inputs, upstream)
-        xla = tf.function(gradient, jit_compile=True)(inputs, upstream)
+        plain = traced_once(gradient)(inputs, upstream)
+        xla = traced_once(gradient, jit_compile=True)(inputs, upstream)
     for position, ours, theirs in zip(picked, plain, xla):
         if ours is None or theirs is None:
             continue
@@ -327,7 +332,7 @@ class _Call:
         self.constants = [None if _is_tensor(leaf) else leaf for leaf in leaves]
         outputs = nest.flatten_with_tuple_paths(result)
         self.outputs = [leaf for _, leaf in outputs if _recordable(leaf)]
-        self.output_names = tuple("output" + _path(path) for path, leaf in outputs if _recordable(leaf))
+        self.output_names = tuple("output" + watching.path_label(path) for path, leaf in outputs if _recordable(leaf))
 
     def arguments(self, arrays: list[np.ndarray]) -> tuple[tuple, dict]:
         """The call's arguments with these arrays as its inputs; a Keras variable's place holds a Keras variable of
@@ -436,43 +441,9 @@ def _recordable(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.dtype.kind in "biufc"
 
 
-def _positional(function: Callable) -> tuple[tuple[str, ...], str]:
-    """The names of `function`'s positional parameters, and of its `*args` (kept per function: eager calls ask
-    often)."""
-    try:
-        return _POSITIONAL[function]
-    except (KeyError, TypeError):
-        pass
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return (), "args"
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    positional = tuple(p.name for p in parameters if p.kind in kinds)
-    variadic = next((p.name for p in parameters if p.kind == inspect.Parameter.VAR_POSITIONAL), "args")
-    with contextlib.suppress(TypeError):  # a callable that cannot be referenced weakly is read each time
-        _POSITIONAL[function] = (positional, variadic)
-    return positional, variadic
-
-
 def argument_names(function: Callable, args: tuple, kwargs: dict) -> list[str]:
     """A name for each leaf of `(args, kwargs)`, in `tf.nest.flatten` order: `x`, `args[1]`, `pair[0]`."""
-    skipped = 0
-    while isinstance(function, functools.partial) or inspect.ismethod(function):
-        if isinstance(function, functools.partial):
-            skipped += len(function.args)
-            function = function.func
-        else:
-            skipped += 1  # self
-            function = function.__func__
-    positional, variadic = _positional(function)
-    positional = positional[skipped:]
-    names = []
-    for index, arg in enumerate(args):
-        base = positional[index] if index < len(positional) else f"{variadic}[{index - len(positional)}]"
-        names += [base + _path(path) for path, _ in nest.flatten_with_tuple_paths(arg)]
-    names += [str(path[0]) + _path(path[1:]) for path, _ in nest.flatten_with_tuple_paths(kwargs)]
-    return names
+    return watching.argument_names(function, args, kwargs, nest.flatten_with_tuple_paths)
 
 
 def _gradient_names(gradients: Any, input_names: tuple[str, ...], variables: Any) -> tuple[str, ...]:
@@ -486,10 +457,6 @@ def _gradient_names(gradients: Any, input_names: tuple[str, ...], variables: Any
     names += variable_names[: len(tf.nest.flatten(variable_gradients))]
     names += [f"gradient[{i}]" for i in range(len(names), len(tf.nest.flatten(gradients)))]
     return tuple(names)
-
-
-def _path(path: tuple) -> str:
-    return "".join(f"[{step!r}]" if isinstance(step, str) else f"[{step}]" for step in path)
 
 
 class _KerasFunctions:
@@ -625,9 +592,9 @@ class _TracedFunctions:
 
 #: Input signatures at which each XLA-compiled function is replayed uncompiled, at most.
 REPLAYED_SIGNATURES = 3
-#: Runs of each XLA-compiled function whose inputs and variables are held, to replay them once a run leaves its outputs
-#: or variables non-finite: that run and the one before it (a gradient gone non-finite in one run may show only in the
-#: next run's outputs, where it updates no variable).
+#: Runs of each XLA-compiled function whose inputs and variables are held, to replay them once a run leaves its
+#: variables non-finite: that run and the one before it (where the non-finite value may have started, in a variable
+#: the second only read).
 HELD_RUNS = 2
 #: Per thread, a dict per XLA-compiled function being traced: how many calls of each op its trace holds.
 _tracing_xla = threading.local()
@@ -635,7 +602,8 @@ _tracing_xla = threading.local()
 
 @dataclass
 class _Run:
-    """A run of an XLA-compiled function: its arguments and the values of its variables before it."""
+    """A run of an XLA-compiled function: its arguments and the values of its variables before it (packed by
+    `_snapshot_values`; empty where they were not held)."""
 
     args: tuple
     kwargs: dict
@@ -646,14 +614,16 @@ class _XlaSteps:
     """XLA-compiled functions (`jit_compile=True`: a user's `tf.function`, a Keras model's train step) under the watch.
 
     XLA cannot call back into Python, so the custom-gradient ops inside hand over no values. The function runs
-    compiled, as without the watch; its boundary (an eager call, or each run of the graph calling it, through
-    `tf.numpy_function`s its inputs and its outputs wait for) is watched instead. Each run counts a call of each op
-    its trace holds. Chosen runs are replayed: an uncompiled copy of the function, traced under the watch (so it
-    records), runs at the run's inputs and the values its variables had before it, then every variable it captures is
-    put back, bit for bit. Chosen: the first run at each input signature (up to REPLAYED_SIGNATURES), replayed before
-    it runs; and, the first time a run leaves the function's outputs or its variables not all finite (a gradient gone
-    NaN shows in the variables it updates), that run and the one before it, replayed after (the last HELD_RUNS runs'
-    inputs and variables are held for it, while they fit in the watch's memory limit).
+    compiled, as without the watch; its boundary is watched instead: before each run (an eager call, or each run of
+    the graph calling it, through a `tf.py_function` the compiled call's inputs wait for) the watch gets the run's
+    inputs and a copy of the variables the function captures (packed, one flat tensor per dtype, on their device),
+    with whether they are all finite. Each run counts a call of each op its trace holds. Chosen runs are replayed: an
+    uncompiled copy of the function, traced under the watch (so it records), runs at the run's inputs and the values
+    its variables had before it, then every variable it captures is put back, bit for bit. Chosen: the first run at
+    each input signature (up to REPLAYED_SIGNATURES), replayed before it runs; and the first run that left the
+    variables not all finite (a gradient gone NaN shows in the variables it updates: seen before the next run, or
+    when the watch ends), with the run before it (the last HELD_RUNS runs' inputs and variables are held for it,
+    while they fit in the watch's memory limit).
     """
 
     def __init__(self, notes: list[str], retraced: list[str], copies: dict[int, tuple[Any, Any]]):
@@ -663,6 +633,9 @@ class _XlaSteps:
         self.replayed: dict[int, list] = {}  # id(function): the input signatures replayed
         self.uncompiled: dict[int, Any] = {}  # id(function): its uncompiled copy, None where it cannot have one
         self.held: dict[int, collections.deque] = {}  # id(function): its last runs (_Run), until it goes non-finite
+        #: (id(function), input signature): its trace, and its variables' snapshot (_snapshot_of), for eager calls
+        self.concretes: dict[tuple, tuple[Any, Callable]] = {}
+        self.last: dict[int, Any] = {}  # id(function): the trace of its last run
         self.kept: list[Any] = []  # the functions met, alive while the watch runs (their ids are keys)
 
     @staticmethod
@@ -674,41 +647,61 @@ class _XlaSteps:
 
     def call(self, function: Any, run: Callable, args: tuple, kwargs: dict) -> Any:
         """`function` called through `run` (its own `__call__`), counted and replayed at its boundary."""
+        if tf.executing_eagerly():
+            signature = _signature((args, kwargs))
+            known = self.concretes.get((id(function), signature))
+            if known is None:
+                concrete = self._concrete(function, args, kwargs)
+                known = self.concretes[id(function), signature] = (concrete, _snapshot_of(concrete.variables))
+            concrete, snapshot = known
+            reached = self.reached.get(id(function))
+            if reached:
+                copies, finite = snapshot()
+                self._before(function, concrete, reached, args, kwargs, signature, copies, bool(finite))
+            return run(*args, **kwargs)
         concrete = self._concrete(function, args, kwargs)
         reached = self.reached.get(id(function))
         if not reached:
             return run(*args, **kwargs)
-        if tf.executing_eagerly():
-            self._before(function, concrete, reached, args, kwargs)
-            result = run(*args, **kwargs)
-            self._after(function, concrete, bool(_all_finite(tf.nest.flatten(result), concrete.variables)))
-            return result
         leaves = tf.nest.flatten((args, kwargs), expand_composites=True)
         picked = [i for i, leaf in enumerate(leaves) if isinstance(leaf, tf.Tensor)]
         structure = tf.nest.map_structure(lambda leaf: None, (args, kwargs), expand_composites=True)
         constants = [None if isinstance(leaf, tf.Tensor) else leaf for leaf in leaves]
+        variables = list(concrete.variables)
 
-        def before(*values):
+        def before(finite, *values):
             filled = list(constants)
-            for position, value in zip(picked, values):
-                filled[position] = tf.constant(value)
+            for position, value in zip(picked, values[: len(picked)]):
+                filled[position] = value
             step_args, step_kwargs = tf.nest.pack_sequence_as(structure, filled, expand_composites=True)
-            self._before(function, concrete, reached, step_args, step_kwargs)
+            signature = _signature((step_args, step_kwargs))
+            self._before(function, concrete, reached, step_args, step_kwargs, signature, values[len(picked) :], finite)
             return np.int64(0)
 
-        def after(finite):
-            self._after(function, concrete, bool(finite))
-            return np.int64(0)
-
-        started = tf.numpy_function(before, [leaves[i] for i in picked], tf.int64, name="gradmagic_watch_xla_step")
+        # In the graph: the variables' values before the run (read before the compiled call, which waits for them),
+        # handed over as tensors where they are (a py_function: no copy to the host), and whether they are finite.
+        copies, finite = _snapshot_values(variables)
+        started = tf.py_function(
+            lambda *values: before(bool(values[0]), *values[1:]),
+            [finite] + [leaves[i] for i in picked] + copies,
+            tf.int64,
+            name="gradmagic_watch_xla_step",
+        )
         with tf.control_dependencies([started]):
             for position in picked:
                 leaves[position] = tf.identity(leaves[position])
         step_args, step_kwargs = tf.nest.pack_sequence_as((args, kwargs), leaves, expand_composites=True)
-        result = run(*step_args, **step_kwargs)
-        with tf.control_dependencies([leaf for leaf in tf.nest.flatten(result) if _is_tensor(leaf)]):
-            finite = _all_finite(tf.nest.flatten(result), concrete.variables)  # the variables as the run left them
-        return _after(tf.numpy_function(after, [finite], tf.int64, name="gradmagic_watch_xla_step_end"), result)
+        return run(*step_args, **step_kwargs)
+
+    def finish(self) -> None:
+        """When the watch ends: a function whose last run left its variables non-finite has its held runs replayed
+        (no later run saw it)."""
+        for function in self.kept:
+            held = self.held.get(id(function))
+            concrete = self.last.get(id(function))
+            if held and concrete is not None and not bool(_snapshot_of(concrete.variables)()[1]):
+                self.held[id(function)] = None
+                self._replay(function, concrete.variables, list(held))
 
     def _concrete(self, function: Any, args: tuple, kwargs: dict) -> Any:
         """The function's trace for these arguments (traced now if it must be), noting the ops a new trace holds. A
@@ -725,30 +718,36 @@ class _XlaSteps:
             self.reached[id(function)] = reached
         return concrete
 
-    def _before(self, function: Any, concrete: Any, reached: dict[OpSite, int], args: tuple, kwargs: dict) -> None:
-        """Before a run of the compiled function: its ops' calls counted, the run held, and replayed first where it
-        is the first at its input signature."""
+    def _before(
+        self,
+        function: Any,
+        concrete: Any,
+        reached: dict[OpSite, int],
+        args: tuple,
+        kwargs: dict,
+        signature: tuple,
+        copies: Any,
+        finite: bool,
+    ) -> None:
+        """Before a run of the compiled function, given its variables' values (`copies`) and whether they are all
+        finite: where they are not (the run before left them so), the held runs replayed; the run counted, held, and
+        replayed first where it is the first at its input signature."""
+        self.last[id(function)] = concrete
+        held = self.held.get(id(function), collections.deque(maxlen=HELD_RUNS))
+        if held is not None and not finite:
+            self.held[id(function)] = None  # once
+            self._replay(function, concrete.variables, list(held))
+            held = None
         for site, calls in reached.items():
             _deliver("ran_in_xla", site, calls)
-        held = self.held.get(id(function), collections.deque(maxlen=HELD_RUNS))
         if held is not None:
-            held.append(_Run(args, kwargs, [tf.identity(variable) for variable in concrete.variables]))
+            held.append(_Run(args, kwargs, list(copies)))
             self.held[id(function)] = held if _fits(held) else None
-        signature = _signature((args, kwargs))
         replayed = self.replayed.setdefault(id(function), [])
         if signature in replayed or len(replayed) >= REPLAYED_SIGNATURES:
             return
         replayed.append(signature)
         self._replay(function, concrete.variables, [_Run(args, kwargs, [])])
-
-    def _after(self, function: Any, concrete: Any, finite: bool) -> None:
-        """After a run: the first time the function's outputs or variables are not all finite, the held runs
-        replayed."""
-        held = self.held.get(id(function))
-        if held is None or finite:
-            return
-        self.held[id(function)] = None  # once
-        self._replay(function, concrete.variables, list(held))
 
     def _replay(self, function: Any, variables: Any, runs: list[_Run]) -> None:
         """Run the uncompiled copy at each run's inputs and variables (those it had before it, where held; else as
@@ -760,8 +759,9 @@ class _XlaSteps:
         _replaying += 1
         try:
             for run in runs:
-                for variable, value in zip(variables, run.variables):
-                    variable.assign(value)
+                if run.variables:
+                    for variable, value in zip(variables, _unpacked(list(variables), run.variables)):
+                        variable.assign(value)
                 uncompiled(*run.args, **run.kwargs)
         except Exception as error:  # noqa: BLE001 - the compiled function runs all the same, and raises if it raises
             self._note(
@@ -803,8 +803,8 @@ class _XlaSteps:
                 f"`{name}` ran compiled with XLA (jit_compile), as without the watch. XLA hands no values back to "
                 f"Python, so the watch replayed chosen runs uncompiled, at their inputs and variables (every variable "
                 f"put back, bit for bit, after), to record the custom-gradient ops inside: the first run at each input "
-                f"signature (up to {REPLAYED_SIGNATURES}), and the first run that left its outputs or variables "
-                "non-finite, with the run before it; its other runs were counted."
+                f"signature (up to {REPLAYED_SIGNATURES}), and the first run that left its variables non-finite, "
+                "with the run before it; its other runs were counted."
             )
         return copy
 
@@ -816,25 +816,43 @@ class _XlaSteps:
 def _fits(held: collections.deque) -> bool:
     """Whether the held runs' variables fit in the running watch's memory limit (else none are held)."""
     limit = getattr(_active, "memory_limit", 0)
-    return sum(value.shape.num_elements() * value.dtype.size for run in held for value in run.variables) <= limit
+    return len(held) * sum(flat.shape.num_elements() * flat.dtype.size for flat in held[-1].variables) <= limit
 
 
-def _is_float(value: Any) -> bool:
-    return _is_tensor(value) and value.dtype.is_floating
+def _snapshot_values(variables: list) -> tuple[list, tf.Tensor]:
+    """The variables' values packed into one flat tensor per dtype (a copy, few tensors to hand over), and whether
+    every floating one is all finite (`_unpacked` gives the values back)."""
+    packed = [
+        tf.concat([tf.reshape(variable, [-1]) for variable in variables if variable.dtype == dtype], axis=0)
+        for dtype in _dtypes(variables)
+    ]
+    floating = [flat for flat in packed if flat.dtype.is_floating]
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(flat)) for flat in floating]) if floating else True
+    return packed, tf.convert_to_tensor(finite)
 
 
-@tf.function(autograph=False)
-def _finite(values: list) -> tf.Tensor:
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(value)) for value in values])
+def _unpacked(variables: list, packed: list) -> list:
+    """Each variable's value from `_snapshot_values`'s packed tensors."""
+    flats = dict(zip(_dtypes(variables), packed))
+    offsets = dict.fromkeys(flats, 0)
+    values = []
+    for variable in variables:
+        size = variable.shape.num_elements()
+        start = offsets[variable.dtype]
+        values.append(tf.reshape(flats[variable.dtype][start : start + size], variable.shape))
+        offsets[variable.dtype] = start + size
+    return values
 
 
-def _all_finite(outputs: list, variables: Any) -> tf.Tensor:
-    """Whether every element of a run's floating outputs and of the floating variables it captures is finite (a
-    gradient gone NaN in the run shows in the variables it updates, before any output)."""
-    values = [value for value in list(outputs) + list(variables) if _is_float(value)]
-    if not values:
-        return tf.constant(True)
-    return _finite(values) if tf.executing_eagerly() else _finite.python_function(values)
+def _dtypes(variables: list) -> list:
+    return list(dict.fromkeys(variable.dtype for variable in variables))
+
+
+def _snapshot_of(variables: Any) -> Callable[[], tuple[list, tf.Tensor]]:
+    """`_snapshot_values` of these variables as one call taking no argument (a dispatch of a few microseconds, where
+    handing over the variables would cost TensorFlow a signature match over all of them, each call)."""
+    variables = list(variables)
+    return traced_once(lambda: _snapshot_values(variables), autograph=False)
 
 
 def _reached(trace: Callable[[], Any]) -> tuple[Any, dict[OpSite, int]]:
