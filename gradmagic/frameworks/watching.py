@@ -13,7 +13,7 @@ import functools
 import inspect
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -122,6 +122,48 @@ class Instrumentation:
     #: (`gather_workers`).
     workers: list[Any] = field(default_factory=list)
 
+
+
+class Delivery:
+    """A framework recording's line to the running watch: the recorder (None when no watch runs) and gradmagic's own
+    checks in progress, whose calls of ops are not the watched code's. Handing a call over never raises into the
+    watched code: an error in recording is noted as the op unrecorded."""
+
+    def __init__(self) -> None:
+        self.recorder: Recorder | None = None
+        self.checks = 0
+
+    @property
+    def recording(self) -> bool:
+        """Whether a watch runs and records calls now (not inside gradmagic's own checks)."""
+        return self.recorder is not None and not self.checks
+
+    def deliver(self, method: str, site: OpSite, *arguments: Any) -> int:
+        """Call the recorder's `method` for the op; its return (a call id), -1 when nothing is recorded."""
+        recorder = self.recorder
+        if recorder is None or self.checks:
+            return -1
+        try:
+            return getattr(recorder, method)(site, *arguments) or -1
+        except Exception as error:  # noqa: BLE001 - the watched code runs on whatever recording meets
+            self.note_failure(site, error)
+            return -1
+
+    def note_failure(self, site: OpSite, error: Exception) -> None:
+        """Tell the running watch that recording a call of the op failed (the call itself went on)."""
+        recorder = self.recorder
+        if recorder is not None:
+            with contextlib.suppress(Exception):
+                recorder.unrecorded(site, f"could not be recorded ({type(error).__name__}: {error})")
+
+    @contextlib.contextmanager
+    def unrecorded(self) -> Iterator[None]:
+        """Within: calls of ops are not recorded (gradmagic's own checks run inside)."""
+        self.checks += 1
+        try:
+            yield
+        finally:
+            self.checks -= 1
 
 _POSITIONAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

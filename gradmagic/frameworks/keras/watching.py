@@ -28,6 +28,7 @@ import numpy as np
 
 from gradmagic.frameworks.watching import (
     BackwardCall,
+    Delivery,
     ForwardCall,
     Instrumentation,
     OpSite,
@@ -40,10 +41,10 @@ from gradmagic.frameworks.watching import (
 _FRAMEWORK_PACKAGES = ("jax", "keras", "flax", "optax", "torch", "tensorflow", "tf_keras", "gradmagic")
 #: Calls of one traced op whose forward (or gradient) ran and waits for the other, to be paired (see `Pairing`).
 _WAITING = 256
-#: The recorder of the running watch; code traced under an earlier watch records into it too.
-_active: Recorder | None = None
-#: gradmagic's own checks running: their calls of ops are not the watched code's.
-_checks = 0
+#: The running watch's recorder (code traced under an earlier watch records into it too), and gradmagic's own checks
+#: running, whose calls of ops are not the watched code's.
+_delivery = Delivery()
+deliver, note_failure = _delivery.deliver, _delivery.note_failure
 _one_watch = threading.Lock()
 
 
@@ -54,7 +55,6 @@ def recording_through(
     """Within: `recorder` is the running watch's, and `installed()` (the backend's replacement, put back on the way
     out) routes every call of every op through the recording; also TensorFlow's, where TensorFlow is imported.
     `retraced`: what the backend's recording makes trace again for the watch, if anything."""
-    global _active
     if not _one_watch.acquire(blocking=False):
         raise RuntimeError("another watch is running in this process")
     try:
@@ -65,7 +65,7 @@ def recording_through(
                 instrumentation = Instrumentation("keras", version, tensorflow.notes, tensorflow.retraced)
             if retraced:
                 instrumentation.retraced.append(retraced)
-            _active = recorder
+            _delivery.recorder = recorder
             stack.callback(_forget_recorder)
             stack.enter_context(installed())
             yield instrumentation
@@ -74,8 +74,7 @@ def recording_through(
 
 
 def _forget_recorder() -> None:
-    global _active
-    _active = None
+    _delivery.recorder = None
 
 
 def _tensorflow_recording(stack: contextlib.ExitStack, recorder: Recorder) -> Instrumentation | None:
@@ -110,15 +109,9 @@ class _TensorFlowOps:
         return note
 
 
-@contextlib.contextmanager
-def unrecorded() -> Iterator[None]:
+def unrecorded() -> contextlib.AbstractContextManager:
     """Within: calls of ops are not recorded by a running watch (the Keras adapters' checks run inside)."""
-    global _checks
-    _checks += 1
-    try:
-        yield
-    finally:
-        _checks -= 1
+    return _delivery.unrecorded()
 
 
 def decorated(call: Callable) -> Callable:
@@ -131,7 +124,7 @@ def decorated(call: Callable) -> Callable:
 
 def recording_now() -> bool:
     """Whether a watch runs and records calls now (not inside gradmagic's own checks)."""
-    return _active is not None and not _checks
+    return _delivery.recording
 
 
 def innermost(function: Callable) -> Callable:
@@ -151,27 +144,6 @@ def site_of(function: Callable) -> OpSite | None:
     code = getattr(inner, "__code__", None)
     name = str(getattr(inner, "__name__", None) or getattr(function, "__name__", type(function).__name__))
     return OpSite(inner, name, code.co_filename if code else None, code.co_firstlineno if code else None, "keras")
-
-
-def deliver(method: str, site: OpSite, *arguments: Any) -> int:
-    """Hand a call to the running watch's recorder (-1 when none runs). Recording never breaks the watched code: an
-    error in it is noted as the op unrecorded."""
-    recorder = _active
-    if recorder is None or _checks:
-        return -1
-    try:
-        return getattr(recorder, method)(site, *arguments) or -1
-    except Exception as error:  # noqa: BLE001 - the watched code runs on whatever recording meets
-        note_failure(site, error)
-        return -1
-
-
-def note_failure(site: OpSite, error: Exception) -> None:
-    """Tell the running watch that recording a call of the op failed (the call itself went on)."""
-    recorder = _active
-    if recorder is not None:
-        with contextlib.suppress(Exception):
-            recorder.unrecorded(site, f"could not be recorded ({type(error).__name__}: {error})")
 
 
 class Call:

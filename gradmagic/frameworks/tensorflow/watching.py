@@ -67,10 +67,9 @@ _DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
 #: Packages whose own custom-gradient ops are not the user's: passed through unrecorded.
 _FRAMEWORK_PACKAGES = ("tensorflow", "keras", "tf_keras", "gradmagic")
 _KERAS_FUNCTIONS = ("train", "test", "predict")
-#: The recorder of the running watch; graphs traced under an earlier watch record into it too.
-_active: Recorder | None = None
-#: gradmagic's own checks running: their calls of ops (perturbed inputs, compiled batches) are not the watched code's.
-_checks = 0
+#: The running watch's recorder (graphs traced under an earlier watch record into it too), and gradmagic's own checks
+#: running, whose calls of ops (perturbed inputs, compiled batches) are not the watched code's.
+_delivery = watching.Delivery()
 #: The watch replaying an XLA-compiled step uncompiled (_XlaSteps): the calls recorded are replayed ones.
 _replaying = 0
 #: The running watch's list of multi-worker strategies met (Instrumentation.workers).
@@ -82,7 +81,7 @@ _one_watch = threading.Lock()
 def recording(recorder: Recorder) -> Iterator[Instrumentation]:
     """Within: every call of every custom-gradient op (and of its gradient function) is handed to `recorder`;
     everything changed for it is put back on the way out, also on an error or KeyboardInterrupt."""
-    global _active, _workers
+    global _workers
     notes: list[str] = []
     retraced: list[str] = []
     workers: list = []
@@ -91,7 +90,7 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
         raise RuntimeError("another watch is running in this process")
     originals = {name: getattr(tf_custom_gradient, name) for name in _DECORATORS}
     try:
-        _active, _workers = recorder, workers
+        _delivery.recorder, _workers = recorder, workers
         for name, original in originals.items():
             setattr(tf_custom_gradient, name, _standing_in(original))
         keras_functions.install()
@@ -103,7 +102,7 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
         finally:
             for name, original in originals.items():
                 setattr(tf_custom_gradient, name, original)
-            _active = _workers = None
+            _delivery.recorder = _workers = None
         try:
             traced_functions.restore()
             keras_functions.restore()
@@ -111,15 +110,9 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
             _one_watch.release()
 
 
-@contextlib.contextmanager
-def unrecorded() -> Iterator[None]:
+def unrecorded() -> contextlib.AbstractContextManager:
     """Within: calls of ops are not recorded by a running watch (the adapters' checks run inside)."""
-    global _checks
-    _checks += 1
-    try:
-        yield
-    finally:
-        _checks -= 1
+    return _delivery.unrecorded()
 
 
 def decorated(call: Callable) -> Callable:
@@ -197,7 +190,7 @@ def _standing_in(original: Callable) -> Callable:
     """TensorFlow's module decorator, calling a recording stand-in for the user's function."""
 
     def decorator(function, args, kwargs):
-        site = None if _checks else _site(function)
+        site = _site(function) if not _delivery.checks else None
         if site is None:
             return original(function, args, kwargs)
         return original(_recorded(function, site), args, kwargs)
@@ -226,7 +219,7 @@ def _recorded(function: Callable, site: OpSite) -> Callable:
         try:
             return _record_forward(site, _Call(function, args, kwargs, result), result, gradient_function)
         except Exception as error:  # noqa: BLE001 - the watched code runs as without the watch, recorded or not
-            _note_failure(site, error)
+            _delivery.note_failure(site, error)
             return result, gradient_function
 
     # tf.custom_gradient names the op's gradient after the function it is given.
@@ -241,12 +234,12 @@ def _record_forward(site: OpSite, call: _Call, result: Any, gradient_function: C
     if tf.executing_eagerly():
         if replica is not None:
             replica = Replica(replica[0], int(replica[1]), replica[2], replica[3])
-        call_id = _deliver("forward", site, call.forward(call.inputs, call.outputs, False, replica=replica))
+        call_id = _delivery.deliver("forward", site, call.forward(call.inputs, call.outputs, False, replica=replica))
     else:
         xla = _in_xla()
         traced = call.traced(xla)
         if traced is not None:
-            _deliver("traced", site, traced)
+            _delivery.deliver("traced", site, traced)
         if xla:  # XLA cannot call back into Python: its runs are counted, and replayed uncompiled (_XlaSteps)
             _XlaSteps.traced_in_xla(site)
             return result, gradient_function
@@ -255,7 +248,7 @@ def _record_forward(site: OpSite, call: _Call, result: Any, gradient_function: C
         def each_run(*values):
             index = Replica(replica[0], int(values[ends]), replica[2], replica[3]) if replica is not None else None
             forward = call.forward(values[:count], values[count:ends], True, _replaying > 0, index)
-            return _deliver("forward", site, forward)
+            return _delivery.deliver("forward", site, forward)
 
         values = [tf.stop_gradient(value) for value in call.inputs + call.outputs]
         if replica is not None:
@@ -276,7 +269,7 @@ def _recording_gradient(
         try:
             return _record_backward(site, call_id, upstream, gradients, input_names, kwargs.get("variables"))
         except Exception as error:  # noqa: BLE001 - as in the forward
-            _note_failure(site, error)
+            _delivery.note_failure(site, error)
             return gradients
 
     return tf_decorator.make_decorator(gradient_function, gradient)
@@ -300,13 +293,13 @@ def _record_backward(
         )
 
     if tf.executing_eagerly():
-        _deliver("backward", site, int(call_id), call(upstream + returned))
+        _delivery.deliver("backward", site, int(call_id), call(upstream + returned))
         return gradients
     if _in_xla():
         return gradients
 
     def each_run(identifier, *values):
-        return _deliver("backward", site, int(identifier), call(list(values)))
+        return _delivery.deliver("backward", site, int(identifier), call(list(values)))
 
     values = [tf.convert_to_tensor(call_id, tf.int64)] + [tf.stop_gradient(value) for value in upstream + returned]
     done = tf.numpy_function(each_run, values, tf.int64, name="gradmagic_watch_gradient")
@@ -380,27 +373,6 @@ def _keras_variable_like(variable: Any, value: np.ndarray) -> Any:
     import keras
 
     return keras.Variable(value, dtype=variable.dtype, trainable=variable.trainable, name=variable.name)
-
-
-def _deliver(method: str, site: OpSite, *arguments: Any) -> int:
-    """Hand a call to the running watch's recorder (-1 when none runs). Recording never breaks the watched code: an
-    error in it is noted as the op unrecorded."""
-    recorder = _active
-    if recorder is None or _checks:
-        return -1
-    try:
-        return getattr(recorder, method)(site, *arguments) or -1
-    except Exception as error:  # noqa: BLE001 - the watched code runs on whatever recording meets
-        _note_failure(site, error)
-        return -1
-
-
-def _note_failure(site: OpSite, error: Exception) -> None:
-    """Tell the running watch that recording a call of the op failed (the call itself went on)."""
-    recorder = _active
-    if recorder is not None:
-        with contextlib.suppress(Exception):
-            recorder.unrecorded(site, f"could not be recorded ({type(error).__name__}: {error})")
 
 
 def _after(done: tf.Tensor, structure: Any) -> Any:
@@ -739,7 +711,7 @@ class _XlaSteps:
             self._replay(function, concrete.variables, list(held))
             held = None
         for site, calls in reached.items():
-            _deliver("ran_in_xla", site, calls)
+            _delivery.deliver("ran_in_xla", site, calls)
         if held is not None:
             held.append(_Run(args, kwargs, list(copies)))
             self.held[id(function)] = held if _fits(held) else None
@@ -815,7 +787,7 @@ class _XlaSteps:
 
 def _fits(held: collections.deque) -> bool:
     """Whether the held runs' variables fit in the running watch's memory limit (else none are held)."""
-    limit = getattr(_active, "memory_limit", 0)
+    limit = getattr(_delivery.recorder, "memory_limit", 0)
     return len(held) * sum(flat.shape.num_elements() * flat.dtype.size for flat in held[-1].variables) <= limit
 
 
