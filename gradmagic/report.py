@@ -620,11 +620,12 @@ class Report(_Shown):
 WATCH_SCHEMA_ID = "urn:gradmagic:schema:watch-report"
 #: Bumped on any change of the data's meaning; readers check the major number. 1.1 added `words`; 1.2 `traces`,
 #: `traced_inputs`, `xla_calls`, `replayed_calls` and `replicas` of an op, and `checked` (an unchecked op is no pass:
-#: `ok` is True only when every op reached was checked and passed), `worker` and `workers` (a multi-worker run).
-WATCH_SCHEMA_VERSION = "1.2"
+#: `ok` is True only when every op reached was checked and passed), `worker` and `workers` (a multi-worker run); 1.3
+#: the tests that reached an op and made a call (`tests`, `test`: `pytest --gradmagic`) and the checks' `budget`.
+WATCH_SCHEMA_VERSION = "1.3"
 WATCH_MIME_TYPE = "application/vnd.gradmagic.watch-report+json"
 #: A watch's verdict is its ops' worst: an op not checked outweighs the others' passes.
-_WATCH_VERDICT_ORDER = ("fail", "warn", "unchecked", "surrogate", "pass")
+WATCH_VERDICT_ORDER = ("fail", "warn", "unchecked", "surrogate", "pass")
 
 
 @dataclass(frozen=True)
@@ -651,9 +652,11 @@ class NonFinite(_Shown):
     elements: Count  # how many were non-finite
     values: str  # "NaN", "Inf", "NaN and Inf"
     from_finite: bool  # the upstream gradient (for a gradient) or the op's inputs (for an output) were finite
+    #: The test (a pytest node id, under `pytest --gradmagic`) that made the call; None outside a test suite.
+    test: str | None = added_in("1.3")
 
     def __str__(self) -> str:
-        """`row_norm, call 3: dx[5, 0] NaN (8 elements), from a finite upstream gradient`."""
+        """`row_norm, call 3: dx[5, 0] NaN (8 elements), from a finite upstream gradient` (`, in test ...`)."""
         element = element_label(self.tensor, self.index)
         what = f"d{element}" if self.kind == "gradient" else element
         source = "a finite upstream gradient" if self.kind == "gradient" else "finite inputs"
@@ -661,7 +664,8 @@ class NonFinite(_Shown):
             source = source.replace("a finite", "a non-finite").replace("finite inputs", "non-finite inputs")
         call = f"call {self.call}" if self.call is not None else "an unnumbered call"
         elements = f"{self.elements} element{'s' * (self.elements != 1)}"
-        return f"{self.op}, {call}: {what} {self.values} ({elements}), from {source}"
+        test = f", in test {self.test}" if self.test else ""
+        return f"{self.op}, {call}: {what} {self.values} ({elements}), from {source}{test}"
 
 
 @dataclass(frozen=True)
@@ -673,6 +677,27 @@ class CheckedCall(_Shown):
     shapes: tuple[Shape, ...]  # the shapes of its recorded inputs
     verdict: Verdict
     codes: tuple[str, ...]
+    #: The test (a pytest node id, under `pytest --gradmagic`) that made the call; None outside a test suite.
+    test: str | None = added_in("1.3")
+
+
+@dataclass(frozen=True)
+class CallsByTest(_Shown):
+    """A test (under `pytest --gradmagic`) that reached an op, and how many of the op's calls it made."""
+
+    test: str  # the pytest node id: "tests/test_layers.py::test_fit[2]"
+    calls: Count
+
+
+@dataclass(frozen=True)
+class CheckBudget(_Shown):
+    """How many checks a watch may run when it ends (each op at each kept call is one), and how many it ran: the
+    kept calls beyond the budget go unchecked, chosen the same way on any machine (each op's most telling call
+    first, the ops in turn)."""
+
+    checks: Count  # the most checks the watch may run (`max_checks`)
+    used: Count  # the checks it ran
+    left_out: Count  # kept calls not checked for the budget
 
 
 @dataclass(frozen=True)
@@ -710,6 +735,8 @@ class WatchedOp(_Shown):
     replayed_calls: Count = added_in("1.2", 0)
     #: How many replicas in sync it ran on (tf.distribute), where more than one; 0 elsewhere.
     replicas: Count = added_in("1.2", 0)
+    #: Under `pytest --gradmagic`: the tests that called it, in the order they first did, with their calls.
+    tests: tuple[CallsByTest, ...] = added_in("1.3", ())
 
     #: Properties its data holds beside the fields.
     DERIVED: ClassVar[tuple[str, ...]] = ("name", "verdict")
@@ -839,6 +866,8 @@ class WatchReport(_Shown):
     #: In a multi-worker run, the worker this report is of ("worker 0"), and every worker's watch, gathered.
     worker: str | None = added_in("1.2")
     workers: tuple[WorkerWatch, ...] = added_in("1.2", ())
+    #: The checks' budget and its use, where the watch had one (`max_checks`).
+    budget: CheckBudget | None = added_in("1.3")
 
     #: `$schema` and `version` head its data.
     ID: ClassVar[str] = WATCH_SCHEMA_ID
@@ -881,7 +910,7 @@ class WatchReport(_Shown):
         "unchecked" when an op was not checked (also when no op was reached), then "surrogate", "pass"."""
         verdicts = {op.verdict for op in self.watched} or {"unchecked"}
         verdicts |= {worker.verdict for worker in self.workers}
-        return min(verdicts, key=_WATCH_VERDICT_ORDER.index)
+        return min(verdicts, key=WATCH_VERDICT_ORDER.index)
 
     def __getitem__(self, name: str) -> WatchedOp:
         """The watched op called `name`."""

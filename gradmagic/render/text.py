@@ -84,11 +84,17 @@ def render_watch_text(report: WatchReport) -> str:
         lines += textwrap.wrap(note, WIDTH, initial_indent="  note: ", subsequent_indent="        ")
     for op in report.watched:
         lines.append("")
-        lines += [f"  {line}" for line in watched_op_lines(op)]
-        for finding in op.findings:
-            lines.append(f"    {finding.severity:<7} {finding.code}")
-            lines += textwrap.wrap(finding.message, WIDTH, initial_indent="        ", subsequent_indent="        ")
-        lines += [f"    {line}" for line in render_text(op.report).split("\n")]
+        lines += [f"  {line}" for line in watched_op_text(op).split("\n")]
+    return "\n".join(lines)
+
+
+def watched_op_text(op: WatchedOp) -> str:
+    """One op of a watch: what its calls received and did, what the watched code showed of it, and its report."""
+    lines = watched_op_lines(op)
+    for finding in op.findings:
+        lines.append(f"  {finding.severity:<7} {finding.code}")
+        lines += textwrap.wrap(finding.message, WIDTH, initial_indent="      ", subsequent_indent="      ")
+    lines += [f"  {line}" for line in render_text(op.report).split("\n")]
     return "\n".join(lines)
 
 
@@ -137,9 +143,32 @@ def watch_time(report: WatchReport) -> str:
         parts.append(f"setting up and putting back {seconds(timings['setup'])}")
     return (
         f"watched {seconds(timings.get('watched', 0))}, the watch's part in it: {', '.join(parts)}; checks "
-        f"{seconds(timings.get('checks', 0))}; inputs kept {format_bytes(report.kept_bytes)} of "
+        f"{seconds(timings.get('checks', 0))}{budget_words(report)}; inputs kept {format_bytes(report.kept_bytes)} of "
         f"{format_bytes(report.memory_limit)}"
     )
+
+
+def budget_words(report: WatchReport) -> str:
+    """` (12 of at most 100 checks, 3 kept calls left out)`: the checks' budget and its use, where there was one."""
+    budget = report.budget
+    if budget is None:
+        return ""
+    left = f", {counted(budget.left_out, 'kept call')} left out" if budget.left_out else ""
+    return f" ({budget.used} of at most {counted(budget.checks, 'check')}{left})"
+
+
+#: Tests named per op in its lines; beyond, how many more.
+TESTS_NAMED = 5
+
+
+def tests_line(op: WatchedOp) -> str | None:
+    """`reached by 3 tests: tests/test_a.py::test_one (4 calls), ...`: the tests that called the op (under
+    `pytest --gradmagic`); None outside a test suite."""
+    if not op.tests:
+        return None
+    named = ", ".join(f"{each.test} ({counted(each.calls, 'call')})" for each in op.tests[:TESTS_NAMED])
+    more = f", and {len(op.tests) - TESTS_NAMED} more" if len(op.tests) > TESTS_NAMED else ""
+    return f"reached by {counted(len(op.tests), 'test')}: {named}{more}"
 
 
 def nonfinite_lines(report: WatchReport) -> list[str]:
@@ -215,6 +244,9 @@ def watched_op_lines(op: WatchedOp) -> list[str]:
         lines += [f"  {role:<7}{value_line(summary)}" for summary in summaries]
     if not op.inputs:
         lines += [f"  traced {value_line(summary)}" for summary in op.traced_inputs]
+    reached = tests_line(op)
+    if reached:
+        lines.append(f"  {reached}")
     if op.nonfinite_gradient_calls:
         lines.append(
             f"  gradient non-finite in {op.nonfinite_gradient_calls} of {counted(op.gradient_calls, 'call')}, "
@@ -225,8 +257,8 @@ def watched_op_lines(op: WatchedOp) -> list[str]:
         lines.append(
             "  checked at "
             + "; ".join(
-                f"{f'call {checked.call}' if checked.call else 'made inputs'} ({', '.join(checked.reasons)}): "
-                f"{VERDICT_WORDS[checked.verdict]}"
+                f"{f'call {checked.call}' if checked.call else 'made inputs'} ({', '.join(checked.reasons)}"
+                f"{f', in {checked.test}' if checked.test else ''}): {VERDICT_WORDS[checked.verdict]}"
                 for checked in op.checked
             )
         )

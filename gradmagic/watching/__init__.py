@@ -21,7 +21,7 @@ from gradmagic.frameworks import get_watcher
 from gradmagic.notebook import display
 from gradmagic.report import WatchReport
 from gradmagic.watching.recording import CallRecorder
-from gradmagic.watching.verdicts import Verdicts, watch_report
+from gradmagic.watching.verdicts import Verdicts, op_where, watch_report
 
 #: Bytes the kept calls' inputs (and the recent calls held for their gradients) may take, by default.
 MEMORY_LIMIT = 64 * 2**20
@@ -35,7 +35,15 @@ _PER_OP = {
 __all__ = ["MEMORY_LIMIT", "Watch", "watch"]
 
 
-def watch(*, check: bool = True, memory_limit: int = MEMORY_LIMIT, surrogates: Any = (), **options: Any) -> Watch:
+def watch(
+    *,
+    check: bool = True,
+    memory_limit: int = MEMORY_LIMIT,
+    surrogates: Any = (),
+    max_checks: int | None = None,
+    signatures: int | None = None,
+    **options: Any,
+) -> Watch:
     """Watch the custom gradients the code in a `with` block reaches, and check each at the inputs it received.
 
     Every call of every custom-gradient op (`tf.custom_gradient`, `keras.ops.custom_gradient` on TensorFlow, ops made
@@ -45,16 +53,40 @@ def watch(*, check: bool = True, memory_limit: int = MEMORY_LIMIT, surrogates: A
     bytes. When the block ends, everything the watch changed is put back (also on an error or Ctrl-C) and, with
     `check`, each op is checked at the inputs it kept; `watch.report` is the WatchReport.
 
-    `surrogates`: names of ops whose custom gradient is deliberately not the derivative (as `--surrogate`).
+    `surrogates`: names of ops whose custom gradient is deliberately not the derivative (as `--surrogate`): a
+    function's name, or its module and name (`layerkit.ops.soft_round`).
+    `max_checks`: the most checks to run when the watch ends (an op at one kept call is one check; None: all); the
+    kept calls beyond it go unchecked, each op's most telling call checked before any op's second, the same on any
+    machine (`report.budget` says how many ran).
+    `signatures`: None keeps the first call of each op, its first on each new input shape or object (up to 3 more)
+    and its calls with the extreme input values; a number N checks each op once per distinct input signature (shapes
+    and dtypes, whatever the object): its first call on each, up to N signatures (`pytest --gradmagic` sets it).
+    Either way the first calls whose gradient or output went non-finite are kept too.
     `options`: the check's options (`gradmagic.CheckOptions`: rtol, atol, eps, full_threshold, ...).
     """
-    return Watch(check=check, memory_limit=memory_limit, surrogates=surrogates, **options)
+    return Watch(
+        check=check,
+        memory_limit=memory_limit,
+        surrogates=surrogates,
+        max_checks=max_checks,
+        signatures=signatures,
+        **options,
+    )
 
 
 class Watch:
     """A watch: a context manager recording custom-gradient calls, with the report once it ends (`report`)."""
 
-    def __init__(self, *, check: bool = True, memory_limit: int = MEMORY_LIMIT, surrogates: Any = (), **options: Any):
+    def __init__(
+        self,
+        *,
+        check: bool = True,
+        memory_limit: int = MEMORY_LIMIT,
+        surrogates: Any = (),
+        max_checks: int | None = None,
+        signatures: int | None = None,
+        **options: Any,
+    ):
         if not isinstance(check, bool):
             raise OptionError(f"check must be True or False, not {check!r}")
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
@@ -62,6 +94,10 @@ class Watch:
         names = tuple(surrogates) if isinstance(surrogates, (list, tuple, set, frozenset)) else None
         if names is None or not all(isinstance(name, str) for name in names):
             raise OptionError(f"surrogates must be a collection of op names, not {surrogates!r}")
+        for name, value, least in (("max_checks", max_checks, 0), ("signatures", signatures, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise OptionError(f"{name} must be None or a whole number, at least {least}, not {value!r}")
+        self.max_checks, self.signatures = max_checks, signatures
         refused = sorted(set(options) & set(_PER_OP))
         if refused:
             raise TypeError(f"watch() takes no {refused[0]!r} option: {_PER_OP[refused[0]]}")
@@ -70,6 +106,24 @@ class Watch:
         self.surrogates = frozenset(names)
         self._report: WatchReport | None = None
         self._running = None
+        self._test: str | None = None
+        #: Called with (name, where) when the running watch first reaches an op, from the watched code's thread (it
+        #: must not call the watch back): `pytest --gradmagic`'s workers note it for the controller.
+        self.on_new_op: Any = None
+
+    @property
+    def test(self) -> str | None:
+        """The test running now (a pytest node id; `pytest --gradmagic` sets it): the calls of ops it makes are
+        counted as its own (`WatchedOp.tests`), and its name goes with the calls kept and the non-finite gradients
+        seen. None outside a test."""
+        return self._test
+
+    @test.setter
+    def test(self, name: str | None) -> None:
+        self._test = name
+        recorder = getattr(self, "_recorder", None)
+        if recorder is not None:
+            recorder.test = name
 
     @property
     def finished(self) -> bool:
@@ -85,12 +139,32 @@ class Watch:
             raise GradmagicError("Nothing was watched yet: use the watch as `with gradmagic.watch() as watch: ...`.")
         return self._report
 
+    def reached(self) -> list[dict[str, Any]]:
+        """While the watch runs, the ops reached so far as plain data: each op's `name`, `where` it is defined, its
+        `calls` and the `tests` that made them (by test, under `pytest --gradmagic`). Empty when not running."""
+        recorder = getattr(self, "_recorder", None) if self._running is not None else None
+        if recorder is None:
+            return []
+        with recorder.lock:
+            records = sorted(recorder.ops.values(), key=lambda op: op.first_seen)
+            return [
+                {"name": op.site.name, "where": op_where(op), "calls": op.calls, "tests": dict(op.tests)}
+                for op in records
+            ]
+
     def __enter__(self) -> Watch:
         if self._running is not None:
             raise GradmagicError("This watch is running already: a watch cannot be entered twice at once.")
         self._entered = time.perf_counter()
         watcher = get_watcher()
-        self._recorder = CallRecorder(self.memory_limit)
+        if self.signatures is None:
+            self._recorder = CallRecorder(self.memory_limit)
+        else:
+            self._recorder = CallRecorder(self.memory_limit, self.signatures - 1, by_object=False, extremes=False)
+        self._recorder.test = self._test
+        if self.on_new_op is not None:
+            listener = self.on_new_op
+            self._recorder.reached = lambda op: listener(op.site.name, op_where(op))
         recording = watcher.recording(self._recorder)
         try:
             self._instrumentation = recording.__enter__()
@@ -106,6 +180,7 @@ class Watch:
             getattr(watcher, "compiled_difference", None),
             getattr(watcher, "replica_difference", None),
             getattr(watcher, "gather_workers", None),
+            self.max_checks,
         )
         self._running, self._started = recording, time.perf_counter()
         return self

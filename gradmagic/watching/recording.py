@@ -3,7 +3,8 @@ within a memory limit.
 
 Kept per op: its first call, the calls with the largest and the smallest input values, the first whose output was
 non-finite from finite inputs, the first whose gradient went non-finite from a finite upstream gradient, and the
-first calls with other input shapes or on other objects (an op called from several layers). A
+first calls with other input signatures (shapes and dtypes) or on other objects (an op called from several layers).
+Under `pytest --gradmagic` the calls are also told by test: each op counts the calls each test made. A
 gradient is recorded after its forward call, so the inputs of the last calls of each op are held (not copied) until
 their gradient is seen; only a call that is kept is copied.
 """
@@ -14,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -50,6 +51,7 @@ class KeptCall:
     arguments: tuple[tuple, dict]
     shapes: tuple[tuple[int, ...], ...]
     nbytes: int
+    test: str | None = None  # the test that made the call (`CallRecorder.test`)
 
 
 @dataclass
@@ -60,6 +62,7 @@ class HeldCall:
     call: ForwardCall
     inputs_finite: bool
     nbytes: int
+    test: str | None = None
 
 
 class ValueStats:
@@ -162,6 +165,7 @@ class OpRecord:
     replicas: dict[int, tuple[Callable, tuple[tuple, dict]]] = field(default_factory=dict)
     replica: Replica | None = None  # the first replicated call's replica (its context, how many replicas)
     replica_shapes: tuple | None = None  # the input shapes of the calls in `replicas`
+    tests: dict[str, int] = field(default_factory=dict)  # calls by test (`CallRecorder.test`), in order first seen
 
     def kept_calls(self) -> list[KeptCall]:
         """Each kept call once, in call order."""
@@ -174,11 +178,25 @@ class CallRecorder:
 
     Thread-safe: compiled code may call it from several threads at once. It never raises into the watched code
     (the framework's recording notes an error of it as the op unrecorded).
+
+    Calls of one definition are calls of one op: a function defined in a layer's `call` (a new closure each call)
+    is one op, each call checked with its own closure.
+
+    `signatures`: calls kept per op for being the first with their input signature (shapes and dtypes) or, with
+    `by_object`, on their object, beyond its first call. `extremes`: also keep the calls with the largest and the
+    smallest input values. `test`: the test running now (a pytest node id), whose calls are counted as its own; None
+    outside a test suite.
     """
 
-    def __init__(self, memory_limit: int):
+    def __init__(
+        self, memory_limit: int, signatures: int = OTHER_PLACES_KEPT, by_object: bool = True, extremes: bool = True
+    ):
         self.memory_limit = memory_limit
-        self.ops: dict[Callable, OpRecord] = {}
+        self.signatures, self.by_object, self.extremes = signatures, by_object, extremes
+        self.test: str | None = None
+        #: Called with each op's record when the op is first reached (under the lock: it must not call back).
+        self.reached: Callable[[OpRecord], None] | None = None
+        self.ops: dict[Any, OpRecord] = {}  # by the op's definition (`_definition`)
         self.kept_bytes = 0
         self.held_bytes = 0
         self.calls_not_kept = 0
@@ -188,10 +206,10 @@ class CallRecorder:
         self.first_call_at: float | None = None
         self.first_call_compiled = False
         self._sequence = 0
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     def forward(self, site: OpSite, call: ForwardCall) -> int:
-        with self._lock:
+        with self.lock:
             started = time.perf_counter()
             if self.first_call_at is None:
                 self.first_call_at, self.first_call_compiled = started, bool(call.compiled)
@@ -208,7 +226,10 @@ class CallRecorder:
                 if smallest is not None:
                     low = smallest if low is None else min(low, smallest)
                     high = largest if high is None else max(high, largest)
-            held = HeldCall(op.calls, call, inputs_finite, sum(array.nbytes for array in call.inputs))
+            test = self.test
+            if test is not None:
+                op.tests[test] = op.tests.get(test, 0) + 1
+            held = HeldCall(op.calls, call, inputs_finite, sum(array.nbytes for array in call.inputs), test)
             self._hold(op, call_id, held)
             op.numbers[call_id] = op.calls
             if len(op.numbers) > NUMBERED_CALLS:
@@ -216,10 +237,10 @@ class CallRecorder:
             if op.calls == 1:
                 self._keep(op, FIRST_CALL, held)
             self._note_place(op, call, held)
-            if high is not None and (op.largest is None or high > op.largest):
+            if self.extremes and high is not None and (op.largest is None or high > op.largest):
                 op.largest = high
                 self._keep(op, LARGEST, held)
-            if low is not None and (op.smallest is None or low < op.smallest):
+            if self.extremes and low is not None and (op.smallest is None or low < op.smallest):
                 op.smallest = low
                 self._keep(op, SMALLEST, held)
             self._note_outputs(op, call, held)
@@ -228,7 +249,7 @@ class CallRecorder:
         return call_id
 
     def backward(self, site: OpSite, call_id: int, call: BackwardCall) -> None:
-        with self._lock:
+        with self.lock:
             started = time.perf_counter()
             op = self._op(site)
             op.gradient_calls += 1
@@ -242,7 +263,9 @@ class CallRecorder:
                     continue
                 op.nonfinite_gradient_calls += 1
                 from_finite = all(value_range(upstream)[2] for upstream in call.upstream)
-                event = NonFinite(site.name, op.numbers.get(call_id), "gradient", name, *found, from_finite)
+                event = NonFinite(
+                    site.name, op.numbers.get(call_id), "gradient", name, *found, from_finite, _test_of(held, self.test)
+                )
                 if _first(op.first_nonfinite_gradient, from_finite):
                     op.first_nonfinite_gradient = NonFiniteSeen(self._sequence, event)
                     if from_finite:
@@ -251,7 +274,7 @@ class CallRecorder:
             self.seconds += time.perf_counter() - started
 
     def traced(self, site: OpSite, call: TracedCall) -> None:
-        with self._lock:
+        with self.lock:
             op = self._op(site)
             op.traces += 1
             signature = (call.dtypes, call.shapes)
@@ -259,11 +282,11 @@ class CallRecorder:
                 op.traced.append(call)
 
     def ran_in_xla(self, site: OpSite, calls: int) -> None:
-        with self._lock:
+        with self.lock:
             self._op(site).xla_calls += calls
 
     def unrecorded(self, site: OpSite, reason: str) -> None:
-        with self._lock:
+        with self.lock:
             op = self._op(site)
             op.unrecorded[reason] = op.unrecorded.get(reason, 0) + 1
 
@@ -279,24 +302,32 @@ class CallRecorder:
     # -- keeping --------------------------------------------------------------------------------------------------
 
     def _op(self, site: OpSite) -> OpRecord:
-        op = self.ops.get(site.function)
+        key = _definition(site.function)
+        op = self.ops.get(key)
         if op is None:
-            op = self.ops[site.function] = OpRecord(site, self._sequence)
+            op = self.ops[key] = OpRecord(site, self._sequence)
+            if self.reached is not None:
+                self.reached(op)
         return op
 
     def _note_place(self, op: OpRecord, call: ForwardCall, held: HeldCall) -> None:
-        """Keep the first call with other input shapes, or on another object, than the calls before it."""
+        """Keep the first call with another input signature (shapes, dtypes), or on another object, than the calls
+        before it."""
         owner = getattr(call.call, "__self__", None)
-        place = (tuple(array.shape for array in call.inputs), id(owner))
+        shapes = tuple(array.shape for array in call.inputs)
+        dtypes = tuple(array.dtype.str for array in call.inputs)
+        place = (shapes, dtypes, id(owner) if self.by_object else None)
         if place in op.places or len(op.places) >= PLACES_NOTED:
             return
         op.places.add(place)
         others = sum(reason.startswith("first call ") for reason in op.kept)
-        if op.calls == 1 or others >= OTHER_PLACES_KEPT:
+        if op.calls == 1 or others >= self.signatures:
             return
-        shapes = place[0]
-        if any(seen[0] == shapes for seen in op.places if seen != place):
+        if any(seen[:2] == place[:2] for seen in op.places if seen != place):
             reason = f"first call on `{getattr(owner, 'name', None) or type(owner).__name__}`"
+        elif any(seen[0] == shapes for seen in op.places if seen != place):
+            named = ", ".join(array.dtype.name for array in call.inputs)
+            reason = f"first call with input dtype{'s' * (len(dtypes) != 1)} {named}"
         else:
             reason = f"first call with input shape{'s' * (len(shapes) != 1)} {', '.join(str(list(s)) for s in shapes)}"
         self._keep(op, reason, held)
@@ -309,7 +340,9 @@ class CallRecorder:
                 continue
             counted = True
             op.nonfinite_output_calls += 1
-            event = NonFinite(op.site.name, held.number, "output", name, *first_nonfinite(array), held.inputs_finite)
+            event = NonFinite(
+                op.site.name, held.number, "output", name, *first_nonfinite(array), held.inputs_finite, held.test
+            )
             if _first(op.first_nonfinite_output, held.inputs_finite):
                 op.first_nonfinite_output = NonFiniteSeen(self._sequence, event)
                 if held.inputs_finite:
@@ -353,7 +386,9 @@ class CallRecorder:
             return
         arrays = [np.array(array, copy=True) for array in held.call.inputs]
         shapes = tuple(tuple(array.shape) for array in arrays)
-        kept = KeptCall(held.number, [reason], held.call.call, held.call.arguments(arrays), shapes, held.nbytes)
+        kept = KeptCall(
+            held.number, [reason], held.call.call, held.call.arguments(arrays), shapes, held.nbytes, held.test
+        )
         op.kept[reason] = kept
         self.kept_bytes += held.nbytes
 
@@ -369,6 +404,17 @@ class CallRecorder:
                 if oldest == call_id:
                     break
                 self.held_bytes -= other.held.pop(oldest).nbytes
+
+
+def _definition(function: Callable) -> Any:
+    """What makes calls of functions calls of one op: the function's code (every closure of one `def`), else the
+    function itself."""
+    return getattr(function, "__code__", None) or function
+
+
+def _test_of(held: HeldCall | None, test: str | None) -> str | None:
+    """The test that made a call: the one its inputs were held with, else the one running now."""
+    return held.test if held is not None else test
 
 
 def _stats(table: dict[str, ValueStats], name: str, array: np.ndarray) -> ValueStats:

@@ -20,6 +20,8 @@ from gradmagic.frameworks.watching import Instrumentation
 from gradmagic.notebook.kernel import source_label, user_namespace
 from gradmagic.op import info_of
 from gradmagic.report import (
+    CallsByTest,
+    CheckBudget,
     CheckedCall,
     Location,
     NonFinite,
@@ -60,6 +62,17 @@ class Verdicts:
     #: Every worker's text gathered on every worker, from (the workers' context, this worker's text); None where the
     #: framework has no workers.
     gather_workers: Callable[[Any, str], tuple[int, list[tuple[int, str]]]] | None = None
+    #: The most checks to run (an op at a kept call is one), None for no bound (`Watch(max_checks=...)`).
+    max_checks: int | None = None
+
+
+def declared(site: Any, names: frozenset[str] | set[str]) -> bool:
+    """Whether `names` (surrogates, known failures) name the op: by its function's name (`soft_round`), or by its
+    module and name (`layerkit.ops.soft_round`), or its module and qualified name (`layerkit.layers.Norm.call`)."""
+    function = site.function
+    module = getattr(function, "__module__", None)
+    qualified = getattr(function, "__qualname__", site.name)
+    return site.name in names or (module is not None and {f"{module}.{site.name}", f"{module}.{qualified}"} & names)
 
 
 def watch_report(
@@ -80,16 +93,31 @@ def watch_report(
         skip = "not checked: the watch was interrupted"
     watched, interrupted = [], None
     raised = None if error is None else f"{type(error).__name__}: {error}".rstrip(": ")
-    for record in sorted(recorder.ops.values(), key=lambda op: op.first_seen):
-        reason = skip or _why_not_checked(record, recorder)
+    records = sorted(recorder.ops.values(), key=lambda op: op.first_seen)
+    reasons = {id(record): skip or _why_not_checked(record, recorder) for record in records}
+    calls = {id(record): _to_check(record) for record in records if reasons[id(record)] is None}
+    checks = allotted([calls[id(record)] for record in records if id(record) in calls], verdicts.max_checks)
+    shares = dict(zip(calls, checks))
+    for record in records:
+        reason = reasons[id(record)]
+        if reason is None and not shares[id(record)]:
+            reason = (
+                f"not checked: the checks' budget (max_checks={verdicts.max_checks}) was spent on the ops reached "
+                "before it"
+            )
         if interrupted is None and reason is None:
+            share = shares[id(record)]
             try:
-                watched.append(_checked(record, instrumentation, verdicts, raised))
+                watched.append(_checked(record, calls[id(record)][:share], instrumentation, verdicts, raised))
                 continue
             except KeyboardInterrupt as stop:
                 interrupted = stop
         report = _unchecked(record, reason or "not checked: the checks were interrupted", instrumentation)
         watched.append(_watched(record, report, raised=raised))
+    budget = None
+    if verdicts.max_checks is not None:
+        used = sum(checks)
+        budget = CheckBudget(verdicts.max_checks, used, sum(len(each) for each in calls.values()) - used)
     report = WatchReport(
         watched=tuple(watched),
         framework=instrumentation.framework,
@@ -102,6 +130,7 @@ def watch_report(
         calls_not_kept=recorder.calls_not_kept,
         notes=tuple(instrumentation.notes) + _notes(recorder) + _unmatched(verdicts, recorder),
         error=raised,
+        budget=budget,
     )
     if instrumentation.workers and verdicts.gather_workers is not None and error is None and interrupted is None:
         report = _gathered(report, instrumentation.workers[0], verdicts.gather_workers)
@@ -144,18 +173,50 @@ def _why_not_checked(record: OpRecord, recorder: CallRecorder) -> str | None:
     )
 
 
+def _to_check(record: OpRecord) -> list[KeptCall]:
+    """The calls to check an op at, the most telling first: its kept calls (the first non-finite gradient's first,
+    then in call order); an op that never ran, inputs made to its traced shapes."""
+    kept = record.kept_calls()
+    return sorted(kept, key=lambda call: NONFINITE_GRADIENT not in call.reasons) or _made_calls(record)
+
+
+def allotted(calls: list[list[KeptCall]], budget: int | None) -> list[int]:
+    """How many of each op's calls to check within `budget` checks (None: all): the ops in turn, a call each a round,
+    so that every op gets its most telling call checked before any gets a second. The same on any machine."""
+    if budget is None:
+        return [len(each) for each in calls]
+    shares = [0] * len(calls)
+    left = budget
+    while left > 0 and any(share < len(each) for share, each in zip(shares, calls)):
+        for index, each in enumerate(calls):
+            if left and shares[index] < len(each):
+                shares[index] += 1
+                left -= 1
+    return shares
+
+
 def _checked(
-    record: OpRecord, instrumentation: Instrumentation, verdicts: Verdicts, raised: str | None
+    record: OpRecord, calls: list[KeptCall], instrumentation: Instrumentation, verdicts: Verdicts, raised: str | None
 ) -> WatchedOp:
-    """The op checked at each kept call (an op that never ran: at inputs made to its traced shapes); its report the
-    one that shows the most."""
+    """The op checked at `calls` (the kept calls within the budget; an op that never ran: inputs made to its traced
+    shapes); its report the one that shows the most."""
     ops: dict = {}  # the op decorated for each callable, so that its compiled functions are traced once for its checks
     results = []
-    for kept in record.kept_calls() or _made_calls(record):
+    for kept in calls:
         try:
             report = _check_at(record, kept, verdicts, ops)
         except Exception as error:  # noqa: BLE001 - the call cannot be checked (its arguments, the op); say why
             report = _unchecked(record, f"not checked: {type(error).__name__}: {error}", instrumentation)
+        refused = next((p for p in report.problems if p.code == "forward-error"), None)
+        if refused is not None and kept.number:  # it ran at these inputs in the watched code: it refuses a rerun
+            message = " ".join(refused.message.split()).split(". ")[0].rstrip(".")
+            report = _unchecked(
+                record,
+                f"not checked: called again at its call {kept.number}'s inputs, which it ran at in the watched code: "
+                f"{message} (an op with a side effect, state or a resource of its own cannot be run again to be "
+                "checked)",
+                instrumentation,
+            )
         results.append((kept, report))
     chosen, report = min(
         results,
@@ -166,8 +227,8 @@ def _checked(
         ),
     )
     checked = tuple(
-        CheckedCall(kept.number, tuple(kept.reasons), kept.shapes, result.verdict, tuple(result.codes()))
-        for kept, result in results
+        CheckedCall(kept.number, tuple(kept.reasons), kept.shapes, result.verdict, tuple(result.codes()), kept.test)
+        for kept, result in sorted(results, key=lambda result: result[0].number)
     )
     found = _xla_finding(record, chosen, verdicts) + _replica_finding(record, verdicts, report.verdict)
     return _watched(record, report, checked, chosen.number, raised, found)
@@ -272,7 +333,7 @@ def _check_at(record: OpRecord, kept: KeptCall, verdicts: Verdicts, ops: dict) -
     call, keywords = kept.call, {}
     if isinstance(call, functools.partial):  # an op given keyword arguments inside a graph: check with them
         keywords = dict(call.keywords)
-    surrogate = record.site.name in verdicts.surrogates
+    surrogate = bool(declared(record.site, verdicts.surrogates))
     given = f"the watched code's call {kept.number} of `{record.site.name}`"
     magic = _magic_op(record)
     if magic is not None:
@@ -305,7 +366,7 @@ def _watched(
     gradient, output = record.first_nonfinite_gradient, record.first_nonfinite_output
     return WatchedOp(
         report=report,
-        where=_where(record),
+        where=op_where(record),
         calls=record.calls,
         compiled_calls=record.compiled_calls,
         gradient_calls=record.gradient_calls,
@@ -323,6 +384,7 @@ def _watched(
         xla_calls=record.xla_calls,
         replayed_calls=record.replayed_calls,
         replicas=record.replica.count if record.replica is not None else 0,
+        tests=tuple(CallsByTest(test, calls) for test, calls in record.tests.items()),
     )
 
 
@@ -443,7 +505,9 @@ def _unmatched(verdicts: Verdicts, recorder: CallRecorder) -> tuple[str, ...]:
     """A note naming the surrogates declared for ops the watched code never reached (a misspelt name would otherwise
     leave the op it meant judged as an ordinary gradient without a word)."""
     reached = sorted({record.site.name for record in recorder.ops.values()})
-    unmatched = sorted(verdicts.surrogates - set(reached))
+    unmatched = sorted(
+        name for name in verdicts.surrogates if not any(declared(r.site, {name}) for r in recorder.ops.values())
+    )
     if not unmatched:
         return ()
     names = ", ".join(f"`{name}`" for name in unmatched)
@@ -455,7 +519,7 @@ def _unmatched(verdicts: Verdicts, recorder: CallRecorder) -> tuple[str, ...]:
     )
 
 
-def _where(record: OpRecord) -> str | None:
+def op_where(record: OpRecord) -> str | None:
     """The op's cell ("Cell In[3]") or file (relative to the working directory when inside it), and line."""
     filename = record.site.filename
     if filename is None:

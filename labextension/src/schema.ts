@@ -12,7 +12,7 @@ export const SCHEMA_VERSION = '1.9';
 /** The MIME type under which a WatchReport travels from the kernel. */
 export const WATCH_MIME_TYPE = 'application/vnd.gradmagic.watch-report+json';
 /** The WatchReport schema's version this extension was built with; it reads its major version. */
-export const WATCH_SCHEMA_VERSION = '1.2';
+export const WATCH_SCHEMA_VERSION = '1.3';
 
 /**
  * "fail": a problem of severity error; "unchecked": nothing fails but no gradient value could be compared
@@ -539,6 +539,10 @@ export interface IWatchedOp {
   replayed_calls?: Count;
   /** How many replicas in sync it ran on (tf.distribute), where more than one; 0 elsewhere. Added in 1.2. */
   replicas?: Count;
+  /**
+   * Under `pytest --gradmagic`: the tests that called it, in the order they first did, with their calls. Added in 1.3.
+   */
+  tests?: ICallsByTest[];
 }
 
 /** One input or output of an op over the calls a watch recorded: its dtype, the shapes it had, its range. */
@@ -571,6 +575,11 @@ export interface INonFinite {
   values: string;
   /** The upstream gradient (for a gradient) or the op's inputs (for an output) were finite. */
   from_finite: boolean;
+  /**
+   * The test (a pytest node id, under `pytest --gradmagic`) that made the call; None outside a test suite. Added in
+   * 1.3.
+   */
+  test?: string | null;
 }
 
 /** A call a watch kept, and the verdict of the op's check at its inputs. */
@@ -582,6 +591,18 @@ export interface ICheckedCall {
   shapes: Shape[];
   verdict: Verdict;
   codes: string[];
+  /**
+   * The test (a pytest node id, under `pytest --gradmagic`) that made the call; None outside a test suite. Added in
+   * 1.3.
+   */
+  test?: string | null;
+}
+
+/** A test (under `pytest --gradmagic`) that reached an op, and how many of the op's calls it made. */
+export interface ICallsByTest {
+  /** The pytest node id: "tests/test_layers.py::test_fit[2]". */
+  test: string;
+  calls: Count;
 }
 
 /**
@@ -603,6 +624,20 @@ export interface IWorkerOp {
   name: string;
   calls: Count;
   verdict: Verdict;
+}
+
+/**
+ * How many checks a watch may run when it ends (each op at each kept call is one), and how many it ran: the kept calls
+ * beyond the budget go unchecked, chosen the same way on any machine (each op's most telling call first, the ops in
+ * turn).
+ */
+export interface ICheckBudget {
+  /** The most checks the watch may run (`max_checks`). */
+  checks: Count;
+  /** The checks it ran. */
+  used: Count;
+  /** Kept calls not checked for the budget. */
+  left_out: Count;
 }
 
 /** What every view of a watch's report says, worded once, in Python (`gradmagic.render.words.watch_words`). */
@@ -685,6 +720,8 @@ export interface IWatchReport {
   worker?: string | null;
   /** Added in 1.2. */
   workers?: IWorkerWatch[];
+  /** The checks' budget and its use, where the watch had one (`max_checks`). Added in 1.3. */
+  budget?: ICheckBudget | null;
   /**
    * The words every view shows, worded once in Python (gradmagic.render.words); absent from data `to_dict()` wrote, and
    * from data saved before 1.1, where a view words what it can itself. Added in 1.1.

@@ -1,0 +1,337 @@
+"""`pytest --gradmagic`, tried as a team runs it: pytest itself, in a subprocess, over a project of its own
+(`tests/sample_project`: the `layerkit` package of Keras layers with custom gradients, and an ordinary test suite
+that never mentions gradmagic), copied to a temporary folder. Its two planted bugs (`PLANTED.md`): `layer_norm`'s
+gradient forgets a term, `safe_norm`'s is NaN at a zero row that one test feeds it.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import ISOLATED_ENV, ROOT
+
+from gradmagic.report import WatchReport, watch_schema
+from gradmagic.suite import settings as suite_settings
+from gradmagic.watching.verdicts import allotted
+
+SAMPLE = ROOT / "tests" / "sample_project"
+SURROGATES = '[tool.gradmagic]\nsurrogates = ["round_ste", "reverse_gradient"]\n'
+#: The project's own tests, as pytest counts them.
+OWN_TESTS = 26
+
+
+def planted() -> list[tuple[str, str]]:
+    """(buggy, fixed) source texts of PLANTED.md, in its order."""
+    blocks = re.findall(r"```python\n(.*?)\n```", (SAMPLE / "PLANTED.md").read_text(), re.S)
+    return list(zip(blocks[0::2], blocks[1::2]))
+
+
+def project(folder: Path, table: str = SURROGATES, fixed: bool = False, files: dict | None = None) -> Path:
+    """A copy of the sample project in `folder`: its pyproject.toml with `table` added, its bugs fixed or not, and
+    `files` (relative path: text) added."""
+    shutil.copytree(SAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    pyproject = folder / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "\n" + table)
+    if fixed:
+        ops = folder / "layerkit" / "ops.py"
+        source = ops.read_text()
+        for buggy, right in planted():
+            assert source.count(buggy) == 1
+            source = source.replace(buggy, right)
+        ops.write_text(source)
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text)
+    return folder
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    folder: Path
+
+    def junit(self, name: str = "junit.xml") -> dict[str, ElementTree.Element]:
+        """The JUnit XML's test cases by `classname::name`."""
+        tree = ElementTree.parse(self.folder / name)
+        return {f"{case.get('classname')}::{case.get('name')}": case for case in tree.iter("testcase")}
+
+    def row(self, op: str) -> str:
+        """The op's row in the terminal summary's table."""
+        summary = self.output.split("= gradmagic: ", 1)[1]
+        return next(line for line in summary.splitlines() if line.startswith(op + " "))
+
+
+def pytest_in(folder: Path, *args: str, timeout: int = 600) -> Run:
+    """pytest run in `folder` as a user runs it (its config files there; gradmagic's plugin from its entry point)."""
+    env = {**os.environ, **ISOLATED_ENV, "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "200"}
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Run(done.returncode, done.stdout + done.stderr, folder)
+
+
+def outcomes(cases: dict[str, ElementTree.Element]) -> dict[str, str]:
+    """Each test case's outcome in a JUnit XML: passed, failure, error, skipped."""
+    found = {}
+    for name, case in cases.items():
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        found[name] = kinds[0] if kinds else "passed"
+    return found
+
+
+@pytest.fixture(scope="module")
+def buggy(tmp_path_factory) -> Run:
+    """The project with its bugs, its surrogates declared: under --gradmagic, with both reports and JUnit XML."""
+    folder = project(tmp_path_factory.mktemp("buggy") / "layerkit")
+    return pytest_in(folder, "--gradmagic", "--gradmagic-report=out/report", "--junitxml=junit.xml", "-rA")
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> Run:
+    """The same project without the plugin."""
+    folder = project(tmp_path_factory.mktemp("plain") / "layerkit")
+    return pytest_in(folder, "--junitxml=junit.xml")
+
+
+def test_finds_the_planted_wrong_gradient(buggy):
+    assert buggy.returncode == 1, buggy.output
+    row = buggy.row("layer_norm")
+    assert "layerkit/ops.py, line 49" in row and "failed" in row and "fd-mismatch" in row, row
+    assert "FAILED layerkit/ops.py::gradmagic::layer_norm - layer_norm (layerkit/ops.py, line 49) fails" in buggy.output
+    case = buggy.junit()["layerkit.ops.gradmagic::layer_norm"]
+    failure = case.find("failure")
+    assert failure is not None and "fd-mismatch" in failure.text and "reached by 10 tests" in failure.text
+
+
+def test_finds_the_planted_nan_gradient(buggy):
+    row = buggy.row("safe_norm")
+    assert "failed" in row and "watched-nonfinite-gradient" in row, row
+    assert re.search(
+        r"first non-finite gradient: safe_norm, call \d+: dx\[1, 3, 0\] NaN \(48 elements\), from a finite upstream "
+        r"gradient, in test tests/test_training.py::test_sequence_encoder_on_padded_batch",
+        buggy.output,
+    ), buggy.output
+    failure = buggy.junit()["layerkit.ops.gradmagic::safe_norm"].find("failure")
+    assert "nonfinite-gradient" in failure.text and "test_sequence_encoder_on_padded_batch" in failure.text
+
+
+def test_the_suite_runs_as_without_the_plugin(buggy, plain):
+    assert plain.returncode == 0, plain.output
+    assert "= gradmagic" not in plain.output and "gradmagic::" not in plain.output  # off unless asked
+    own = outcomes(plain.junit())
+    assert len(own) == OWN_TESTS and set(own.values()) == {"passed"}
+    watched = outcomes(buggy.junit())
+    assert {name: watched[name] for name in own} == own
+    ops = {name: outcome for name, outcome in watched.items() if ".gradmagic::" in name}
+    assert ops == {
+        "layerkit.ops.gradmagic::layer_norm": "failure",
+        "layerkit.ops.gradmagic::safe_norm": "failure",
+        "layerkit.ops.gradmagic::softplus": "passed",
+        "layerkit.ops.gradmagic::round_ste": "passed",
+        "layerkit.layers.gradmagic::reverse_gradient": "passed",
+        "layerkit.layers.gradmagic::dense": "passed",
+        "layerkit.activations.gradmagic::lecun_tanh": "passed",
+    }
+    assert re.search(rf"2 failed, {OWN_TESTS + 5} passed in", buggy.output)
+
+
+def test_the_summary_lists_each_op_and_the_budget(buggy):
+    summary = buggy.output.split("= gradmagic: ", 1)[1]
+    assert summary.startswith("7 custom-gradient ops reached by 25 tests: 2 failed, 5 passed")
+    dense = buggy.row("dense")  # defined in FusedDense.call: a new closure each call, one op
+    assert "layerkit/layers.py, line 139" in dense and "passed" in dense
+    assert re.search(r"^dense +layerkit/layers.py, line 139 +9 +52 \(47 compiled\) +passed", dense), dense
+    assert "dense reached by tests/test_layers.py::test_fused_dense_matches_keras_dense[shape0]" in summary
+    assert re.search(r"checks: [\d.]+ s \(22 of at most 100 checks\); inputs kept", summary), summary
+    assert "pyproject.toml [tool.gradmagic]: max_checks 100, signatures 3" in summary
+    assert "surrogates: reverse_gradient, round_ste" in summary
+
+
+def test_the_reports_written(buggy):
+    data = json.loads((buggy.folder / "out" / "report.json").read_text())
+    jsonschema.validate(data, watch_schema())
+    report = WatchReport.from_dict(data)
+    assert report.verdict == "fail" and report.budget.used == 22 and report.budget.checks == 100
+    layer_norm = report["layer_norm"]
+    assert len(layer_norm.tests) == 10 and all(check.test for check in layer_norm.checked)
+    assert report.first_nonfinite_gradient.test == "tests/test_training.py::test_sequence_encoder_on_padded_batch"
+    page = (buggy.folder / "out" / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page.lower()
+    assert not re.search(r"(src|href)=\"https?:", page)  # self-contained: nothing loads from the network
+    assert "layer_norm" in page and "reached by 10 tests" in page
+    assert f"report written: {buggy.folder / 'out' / 'report.json'}" in buggy.output
+
+
+def test_a_right_project_passes_on_two_workers(tmp_path):
+    """No false alarm on the fixed project; pytest-xdist's workers each watch their tests, their reports merged."""
+    run = pytest_in(project(tmp_path / "layerkit", fixed=True), "--gradmagic", "-n", "2", "--junitxml=junit.xml")
+    assert run.returncode == 0, run.output
+    assert "7 custom-gradient ops reached by 25 tests: 7 passed" in run.output, run.output
+    assert "2 pytest-xdist workers each watched their tests" in run.output
+    assert re.search(rf"{OWN_TESTS + 7} passed in", run.output)
+    assert len(outcomes(run.junit())) == OWN_TESTS + 7
+
+
+def test_declared_failures_and_surrogates(tmp_path):
+    """xfail from the table (a reason of its own), a surrogate from a marker, an unexpected pass reported; -k works."""
+    table = (
+        '[tool.gradmagic]\nsurrogates = ["round_ste"]\n'
+        'xfail = {layer_norm = "issue 12: the std term", softplus = "thought wrong"}\n'
+    )
+    marked = (
+        "import pytest\n\n\n"
+        '@pytest.mark.gradmagic(surrogate="reverse_gradient")\n'
+        "def test_declares_the_reversal_a_surrogate():\n    pass\n"
+    )
+    folder = project(tmp_path / "layerkit", table, files={"tests/test_declared.py": marked})
+    run = pytest_in(folder, "--gradmagic", "-k", "not padded", "-rA")
+    assert run.returncode == 0, run.output
+    assert re.search(r"XFAIL layerkit/ops.py::gradmagic::layer_norm - issue 12: the std term", run.output), run.output
+    assert re.search(r"XPASS layerkit/ops.py::gradmagic::softplus - thought wrong", run.output), run.output
+    assert "failed" not in run.row("reverse_gradient") and "passed" in run.row("reverse_gradient")
+    assert "test_sequence_encoder_on_padded_batch" not in run.output  # deselected: neither run nor reaching an op
+    assert "safe_norm" in run.output and "failed" not in run.row("safe_norm")
+    strict = pytest_in(folder, "--gradmagic", "-k", "softplus_matches", "-o", "xfail_strict=true")
+    assert strict.returncode == 1, strict.output
+    assert "[XPASS(strict)] thought wrong: its check passes" in strict.output
+
+
+BAD_TESTS = '''\
+import tensorflow as tf
+
+from layerkit.ops import softplus
+
+CALLS = []
+
+
+@tf.custom_gradient
+def once_only(x):
+    """An op with a side effect: it refuses to run twice."""
+    CALLS.append(1)
+    if len(CALLS) > 1:
+        raise RuntimeError("once_only runs once per process")
+    return x * 2.0, lambda upstream: upstream * 2.0
+
+
+def test_an_op_that_cannot_be_checked():
+    x = tf.constant([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = once_only(x)
+    assert tape.gradient(y, x).shape == (2,)
+
+
+def test_that_raises():
+    x = tf.constant([0.5, -0.5])
+    softplus(x)
+    raise ValueError("this test fails on its own")
+
+
+def test_never_reached_with_x():
+    softplus(tf.constant([9.0]))
+'''
+
+
+def test_bad_input_stops_nothing(tmp_path):
+    """A test that raises and an op that cannot be checked, under -x: reported per op, the suite's result intact."""
+    folder = project(tmp_path / "layerkit", files={"tests/test_aa_bad.py": BAD_TESTS})
+    run = pytest_in(folder, "--gradmagic", "-x", "--junitxml=junit.xml", "-rA")
+    assert run.returncode == 1, run.output
+    assert "FAILED tests/test_aa_bad.py::test_that_raises - ValueError: this test fails on its own" in run.output
+    row = run.row("once_only")
+    assert "not checked" in row and "called again at its call 1's inputs" in row, row
+    assert re.search(
+        r"SKIPPED \[1\] tests/test_aa_bad.py:8: not checked: called again at its call 1's inputs, which it ran at in "
+        r"the watched code: The forward of `once_only` raised RuntimeError: once_only runs once per process",
+        run.output,
+    ), run.output
+    assert "passed" in run.row("softplus")
+    assert "2 custom-gradient ops reached by 2 tests" in run.output
+    cases = outcomes(run.junit())
+    assert cases["tests.test_aa_bad::test_that_raises"] == "failure"
+    assert "tests.test_aa_bad::test_never_reached_with_x" not in cases  # -x stopped the session there
+    assert cases["tests.test_aa_bad.gradmagic::once_only"] == "skipped"
+
+
+def test_a_dead_worker_is_reported_per_op(tmp_path):
+    crash = (
+        "import os\n\nimport tensorflow as tf\n\nfrom layerkit.ops import softplus\n\n\n"
+        "def test_dies():\n    softplus(tf.constant([1.0]))\n    os._exit(3)\n"
+    )
+    folder = project(tmp_path / "layerkit", files={"tests/test_dies.py": crash})
+    run = pytest_in(folder, "--gradmagic", "-n", "2", "-k", "dies or lecun", "-rA")
+    assert run.returncode == 1, run.output
+    assert "worker 'gw" in run.output and "crashed while running 'tests/test_dies.py::test_dies'" in run.output
+    row = run.row("softplus")
+    assert re.search(r"not checked: pytest-xdist worker gw\d died before its checks", row), row
+    assert "passed" in run.row("lecun_tanh")
+    assert re.search(r"pytest-xdist worker gw\d died \([^)]*, while tests/test_dies.py::test_dies ran\)", run.output)
+
+
+def test_the_budget_is_kept(tmp_path):
+    folder = project(tmp_path / "layerkit", SURROGATES + "max_checks = 3\n")
+    run = pytest_in(folder, "--gradmagic", "-k", "test_ops", "-rA")
+    assert run.returncode == 0, run.output
+    assert re.search(r"checks: [\d.]+ s \(3 of at most 3 checks, \d+ kept calls? left out\)", run.output), run.output
+    unchecked = [line for line in run.output.splitlines() if "was spent on the ops reached before it" in line]
+    assert unchecked and all(line.startswith("SKIPPED") or "not checked" in line for line in unchecked)
+
+
+@pytest.mark.parametrize(
+    "table, said",
+    [
+        ('rtol = "tight"', r"pyproject.toml, line {line}: \[tool.gradmagic\] rtol: rtol must be a number, not 'tight'"),
+        ("rtoll = 1e-3", r"line {line}: \[tool.gradmagic\] rtoll is not an option of gradmagic's \(they are atol, eps"),
+        ('memory_limit = "lots"', r"memory_limit must be bytes: a whole number or a size such as \"256 MiB\""),
+        ("xfail = [3]", r"xfail must name ops: a string or a list of strings, not \[3\]"),
+    ],
+)
+def test_a_mistake_in_the_table_is_named(tmp_path, table, said):
+    folder = project(tmp_path / "layerkit", f"[tool.gradmagic]\n{table}\n")
+    line = (folder / "pyproject.toml").read_text().splitlines().index(table) + 1
+    run = pytest_in(folder, "--gradmagic", "--co", "-q")
+    assert run.returncode == 4, run.output
+    assert re.search(r"ERROR: gradmagic: .*" + said.replace("{line}", str(line)), run.output), run.output
+
+
+def test_the_report_option_needs_the_plugin(tmp_path):
+    run = pytest_in(project(tmp_path / "layerkit"), "--gradmagic-report=out", "--co", "-q")
+    assert run.returncode == 4 and "--gradmagic-report writes what --gradmagic finds: add --gradmagic" in run.output
+
+
+def test_settings_read_sizes_and_reasons(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[tool.gradmagic]\nmemory_limit = "1.5 MiB"\nxfail = "layer_norm"\nmax_checks = 0\natol = 1e-6\n'
+    )
+    settings = suite_settings.read(pyproject, None, False)
+    assert settings.memory_limit == int(1.5 * 2**20) and settings.max_checks == 0
+    assert settings.xfail == {"layer_norm": "declared in pyproject.toml [tool.gradmagic]"}
+    assert settings.options == {"atol": 1e-6}
+    marked = settings.with_markers([("t.py::test_a", {"xfail": ["soft"], "reason": "known"})])
+    assert marked.xfail == {"layer_norm": "declared in pyproject.toml [tool.gradmagic]", "soft": "known"}
+    with pytest.raises(suite_settings.SettingsError, match="takes surrogate=, xfail= and reason=, not surogate="):
+        settings.with_markers([("t.py::test_a", {"surogate": "x"})])
+
+
+def test_the_budget_goes_round_the_ops_the_same_way_each_time():
+    calls = [[1, 2, 3], [1], [1, 2]]
+    assert allotted(calls, None) == [3, 1, 2]
+    assert allotted(calls, 4) == [2, 1, 1]  # each op's most telling call first, the ops in turn
+    assert allotted(calls, 2) == [1, 1, 0]
+    assert allotted(calls, 0) == [0, 0, 0]
+    assert allotted(calls, 100) == [3, 1, 2]
