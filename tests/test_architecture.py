@@ -49,6 +49,14 @@ LAYERS = {
     "gradmagic.render": {"gradmagic.report"},
     "gradmagic.checking": {"gradmagic.frameworks", "gradmagic.report", "gradmagic.errors"},
     "gradmagic.frameworks": {"gradmagic.errors"},
+    # The pytest plugin sits on the watch: it reads its settings, runs a watch, and renders and writes its report.
+    "gradmagic.suite": {
+        "gradmagic.watching",
+        "gradmagic.report",
+        "gradmagic.render",
+        "gradmagic.checking.options",
+        "gradmagic.errors",
+    },
 }
 #: The most methods the adapter interface may have.
 ADAPTER_METHODS = 18

@@ -95,6 +95,7 @@ class SuiteWatch:
                 signatures=settings.signatures,
                 **settings.options,
             )
+            watch.outer = True  # a test's own gradmagic.watch() runs as alone
             if self.progress is not None:
                 watch.on_new_op = self._reached
             watch.__enter__()

@@ -170,7 +170,7 @@ def _bytes(value: Any, where: str) -> int:
         found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
         if found and found.group(2).lower() in _UNITS:
             return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
-        raise SettingsError(f"{where} must be bytes: a whole number or a size such as \"256 MiB\", not {value!r}")
+        raise SettingsError(f'{where} must be bytes: a whole number or a size such as "256 MiB", not {value!r}')
     return _whole(value, where)
 
 

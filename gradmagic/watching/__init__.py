@@ -34,6 +34,10 @@ _PER_OP = {
 
 __all__ = ["MEMORY_LIMIT", "Watch", "watch"]
 
+#: The watch running in this process (its recording installed), if any: a watch started inside an `outer` one
+#: pauses it.
+_current: Watch | None = None
+
 
 def watch(
     *,
@@ -110,6 +114,11 @@ class Watch:
         #: Called with (name, where) when the running watch first reaches an op, from the watched code's thread (it
         #: must not call the watch back): `pytest --gradmagic`'s workers note it for the controller.
         self.on_new_op: Any = None
+        #: A watch over a whole test session (`pytest --gradmagic`): a watch a test starts inside it runs as it would
+        #: alone (the calls within are that watch's), this one paused meanwhile.
+        self.outer = False
+        self._paused = 0  # watches that ran inside this one
+        self._inside: Watch | None = None  # the outer watch this one paused
 
     @property
     def test(self) -> str | None:
@@ -156,6 +165,22 @@ class Watch:
         if self._running is not None:
             raise GradmagicError("This watch is running already: a watch cannot be entered twice at once.")
         self._entered = time.perf_counter()
+        global _current
+        outer = _current
+        if outer is not None and outer.outer and outer._running is not None:
+            outer._pause()
+            self._inside = outer
+        try:
+            self._start()
+        except BaseException:
+            if self._inside is not None:
+                self._inside._resume()
+                self._inside = None
+            raise
+        _current = self
+        return self
+
+    def _start(self) -> None:
         watcher = get_watcher()
         if self.signatures is None:
             self._recorder = CallRecorder(self.memory_limit)
@@ -183,7 +208,27 @@ class Watch:
             self.max_checks,
         )
         self._running, self._started = recording, time.perf_counter()
-        return self
+
+    def _pause(self) -> None:
+        """Put back what the recording changed, keeping what it recorded, while a watch inside this one runs."""
+        global _current
+        recording, self._running = self._running, _Paused()
+        recording.__exit__(None, None, None)
+        self._paused += 1
+        _current = None
+
+    def _resume(self) -> None:
+        """Record again, into the same recorder, once the watch inside has ended."""
+        global _current
+        if not isinstance(self._running, _Paused):  # it ended meanwhile: nothing to record into
+            return
+        recording = get_watcher().recording(self._recorder)
+        instrumentation = recording.__enter__()
+        self._running, _current = recording, self
+        mine = self._instrumentation
+        for seen, more in ((mine.notes, instrumentation.notes), (mine.retraced, instrumentation.retraced)):
+            seen += [item for item in more if item not in seen]
+        self._more = getattr(self, "_more", []) + [instrumentation]
 
     def __exit__(self, kind, error, traceback) -> bool:
         if self._running is None:  # never entered, or ended already: nothing to put back, no report to make
@@ -194,10 +239,24 @@ class Watch:
                 else "This watch was never started: use it as `with gradmagic.watch() as watch: ...`, which starts "
                 "and ends it."
             )
+        global _current
         recording, self._running = self._running, None
         ended = time.perf_counter()
-        recording.__exit__(kind, error, traceback)
+        try:
+            recording.__exit__(kind, error, traceback)
+        finally:
+            _current = None
+            if self._inside is not None:
+                self._inside._resume()
+                self._inside = None
         restored = time.perf_counter()
+        for later in getattr(self, "_more", []):  # what the recordings after a pause noted, as they ended
+            self._instrumentation.notes.extend(note for note in later.notes if note not in self._instrumentation.notes)
+        if self._paused:
+            self._instrumentation.notes.append(
+                f"{self._paused} watch{'es' * (self._paused != 1)} started inside this one (gradmagic.watch() in "
+                "a test) ran as alone: the calls within were theirs, not counted or checked here."
+            )
         display.register()
         report, interrupted = watch_report(
             self._recorder, self._instrumentation, self._verdicts, self._timings(ended, restored), error
@@ -223,3 +282,10 @@ class Watch:
     def __repr__(self) -> str:
         state = "running" if self._running is not None else (str(self._report) if self._report else "not started")
         return f"<gradmagic.Watch: {state}>"
+
+
+class _Paused:
+    """An outer watch's recording while a watch inside it runs: nothing installed, nothing to put back."""
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        return False
