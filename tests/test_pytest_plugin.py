@@ -443,3 +443,18 @@ def test_the_html_report_reads_offline_in_chromium(browser, buggy, width):
         assert page.evaluate("document.documentElement.scrollWidth") <= width + 1  # nothing spills sideways
     finally:
         context.close()
+
+
+def test_a_watch_that_cannot_start_fails_the_session_saying_why(tmp_path):
+    """A conftest that leaves a watch of its own running: the session's cannot start, and the session says so."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text(
+        "import gradmagic\nimport tensorflow as tf\n\nWATCH = gradmagic.watch()\nWATCH.__enter__()\n"
+    )
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    run = pytest_in(tmp_path, "--gradmagic")
+    assert run.returncode == 1, run.output
+    assert "FAILED gradmagic::watch - gradmagic: the watch could not start (GradmagicError: Cannot start a watch" in (
+        run.output
+    )
+    assert "1 failed, 1 passed" in run.output

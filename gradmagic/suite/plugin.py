@@ -16,6 +16,7 @@ Importing this module imports neither gradmagic's engine nor a framework: pytest
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -75,10 +76,12 @@ class GradmagicPlugin:
         self.suite: SuiteWatch | None = None  # the watch, in a session that runs tests (not xdist's controller)
         self.reports: list = []  # the workers' reports (controller)
         self.lost: list = []  # workers that died (controller)
-        self.problems: list[str] = []  # what went wrong in gradmagic itself
+        self.problems: list[str] = []  # what went wrong in gradmagic itself: a failure of the session
+        self.notes: list[str] = []  # what the summary says besides
         self.report = None
         self.outcomes: list = []
         self.written: list[Path] = []
+        self.looped = False  # the tests ran (no usage error stopped the session before)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # Every plugin is configured by now: xdist's controller (its `dsession`) runs no test and watches nothing.
@@ -124,6 +127,7 @@ class GradmagicPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session):
         error: BaseException | None = None
+        self.looped = True
         try:
             return (yield)
         except BaseException as raised:  # -x (session.Failed), Ctrl-C: the checks run, or not, then it goes on up
@@ -131,11 +135,14 @@ class GradmagicPlugin:
             raise
         finally:
             try:
-                self._finish(session, error)
+                self._finish(error)
             except Exception:  # noqa: BLE001 - never a crash of pytest: say what went wrong
                 self.problems.append(f"gradmagic failed to make its report:\n{traceback.format_exc()}")
+            if not self.worker:
+                self._tell(session)
 
-    def _finish(self, session: pytest.Session, error: BaseException | None) -> None:
+    def _finish(self, error: BaseException | None) -> None:
+        """End the watch (the checks run); a worker hands its report over, a session merges and writes them."""
         from gradmagic.suite import results
 
         interrupted = error if isinstance(error, KeyboardInterrupt) else None
@@ -143,11 +150,18 @@ class GradmagicPlugin:
             report = self.suite.end(interrupted)
             if self.suite.error:
                 self.problems.append(f"gradmagic: {self.suite.error}")
+            before = self.suite.tests_before
+            if before and self.suite.watch is not None:
+                self.notes.append(
+                    f"{before} test{'s' * (before != 1)} ran before TensorFlow or Keras was imported, unwatched; the "
+                    f"watch started with {self.suite.started_before}."
+                )
             if self.worker:
                 self.config.workeroutput[OUTPUT] = json.dumps(
                     {
                         "report": report.to_dict() if report is not None else None,
                         "problems": self.problems,
+                        "notes": self.notes,
                         "xfail": self.settings.xfail,
                         "surrogates": sorted(self.settings.surrogates),
                     }
@@ -159,15 +173,15 @@ class GradmagicPlugin:
             self.outcomes = results.outcomes(self.report, self.settings)
             if self.settings.report is not None:
                 self.written = results.write(self.report, self.settings.report)
-        self._tell(session)
 
     def _tell(self, session: pytest.Session) -> None:
-        """Each op's outcome reported as a test's (and gradmagic's own failure, if any), as pytest reports them."""
+        """Each op's outcome reported as a test's, and gradmagic's own failure (its watch could not start or end,
+        a worker's could not, its report could not be made) as one more, as pytest reports them."""
         hook = self.config.hook
-        failures = [problem for problem in self.problems if "could not start" in problem or "failed" in problem]
         told = [(o.nodeid, o.location, o.outcome, o.longrepr, o.wasxfail) for o in self.outcomes]
-        if failures:
-            told.append(("gradmagic::watch", ("gradmagic", None, "gradmagic"), "failed", "\n".join(failures), None))
+        if self.problems:
+            failure = "\n".join(self.problems)
+            told.append(("gradmagic::watch", ("gradmagic", None, "gradmagic"), "failed", failure, None))
         session.testscollected += len(told)
         for nodeid, location, outcome, longrepr, wasxfail in told:
             hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
@@ -204,12 +218,12 @@ class GradmagicPlugin:
             if data["report"] is not None:
                 self.reports.append(WatchReport.from_dict(data["report"]))
             self.problems += [f"{problem} (worker {worker})" for problem in data["problems"]]
-            xfail = {**data["xfail"], **self.settings.xfail}
-            self.settings = Settings(
-                self.settings.surrogates | frozenset(data["surrogates"]), xfail, self.settings.xfail_strict,
-                self.settings.max_checks, self.settings.signatures, self.settings.memory_limit, self.settings.options,
-                self.settings.report, self.settings.source,
-            )  # fmt: skip
+            self.notes += [f"{note} (worker {worker})" for note in data["notes"]]
+            self.settings = dataclasses.replace(
+                self.settings,
+                surrogates=self.settings.surrogates | frozenset(data["surrogates"]),
+                xfail={**data["xfail"], **self.settings.xfail},
+            )
             return
         from gradmagic.suite import results
 
@@ -220,11 +234,11 @@ class GradmagicPlugin:
     # -- the terminal ----------------------------------------------------------------------------------------------
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.worker:
+        if self.worker or not self.looped:
             return
         from gradmagic.suite import results
 
-        title, lines = results.summary_lines(self.report, self.outcomes, self.settings, self.problems)
+        title, lines = results.summary_lines(self.report, self.outcomes, self.settings, self.problems + self.notes)
         failing = any(o.outcome == "failed" for o in self.outcomes)
         terminalreporter.write_sep("=", title, red=failing, green=not failing, bold=True)
         for line in lines:

@@ -15,6 +15,7 @@ An op is named by its function's name, or its module and name (`layerkit.ops.sof
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,10 +73,7 @@ class Settings:
                 raise SettingsError(f"{where}: reason must be a string, not {reason!r}")
             for name in _names(keywords.get("xfail"), f"{where}: xfail"):
                 xfail.setdefault(name, reason)
-        return Settings(
-            frozenset(surrogates), xfail, self.xfail_strict, self.max_checks, self.signatures, self.memory_limit,
-            self.options, self.report, self.source,
-        )  # fmt: skip
+        return dataclasses.replace(self, surrogates=frozenset(surrogates), xfail=xfail)
 
     def described(self) -> str:
         """`pyproject.toml [tool.gradmagic]: max_checks 100, signatures 3, memory_limit 64 MiB, rtol 0.0001`."""
@@ -128,7 +126,7 @@ def read(pyproject: Path | None, report: str | None, xfail_strict: bool) -> Sett
         xfail=reasons,
         xfail_strict=strict,
         max_checks=_whole(table.get("max_checks", MAX_CHECKS), where("max_checks")),
-        signatures=max(1, _whole(table.get("signatures", SIGNATURES), where("signatures"))),
+        signatures=_whole(table.get("signatures", SIGNATURES), where("signatures"), least=1),
         memory_limit=_bytes(table.get("memory_limit", MEMORY_LIMIT), where("memory_limit")),
         options=options,
         report=path,
@@ -158,9 +156,9 @@ def _names(value: Any, where: str) -> list[str]:
     return list(names)
 
 
-def _whole(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SettingsError(f"{where} must be a whole number, at least 0, not {value!r}")
+def _whole(value: Any, where: str, least: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise SettingsError(f"{where} must be a whole number, at least {least}, not {value!r}")
     return value
 
 
