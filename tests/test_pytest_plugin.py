@@ -180,9 +180,11 @@ def test_a_right_project_passes_on_two_workers(tmp_path):
     """No false alarm on the fixed project; pytest-xdist's workers each watch their tests, their reports merged."""
     run = pytest_in(project(tmp_path / "layerkit", fixed=True), "--gradmagic", "-n", "2", "--junitxml=junit.xml")
     assert run.returncode == 0, run.output
-    # The fixed norm's gradient at a zero row is 0, a subgradient at a kink: a warning that says so, no failure.
-    assert "7 custom-gradient ops reached by 25 tests: 1 passed (warnings), 6 passed" in run.output, run.output
-    assert "nondifferentiable-point (at call" in run.row("safe_norm")
+    # Which worker runs which test is xdist's scheduling: where the zero row's call is among those a worker checks,
+    # the fixed norm's gradient there (0, a subgradient at a kink) is a warning that says so, never a failure.
+    assert re.search(r"7 custom-gradient ops reached by 25 tests: (1 passed \(warnings\), 6|7) passed", run.output)
+    safe_norm = run.row("safe_norm")
+    assert re.search(r" passed +$", safe_norm) or "passed (warnings)  nondifferentiable-point (at call" in safe_norm
     assert "2 pytest-xdist workers each watched their tests" in run.output
     assert re.search(rf"{OWN_TESTS + 7} passed in", run.output)
     assert len(outcomes(run.junit())) == OWN_TESTS + 7
@@ -330,6 +332,9 @@ def test_a_mistake_in_the_table_is_named(tmp_path, table, said):
 def test_the_report_option_needs_the_plugin(tmp_path):
     run = pytest_in(project(tmp_path / "layerkit"), "--gradmagic-report=out", "--co", "-q")
     assert run.returncode == 4 and "--gradmagic-report writes what --gradmagic finds: add --gradmagic" in run.output
+    collected = pytest_in(tmp_path / "layerkit", "--gradmagic", "--co", "-q")  # nothing runs: nothing to say
+    assert collected.returncode == 0 and f"{OWN_TESTS} tests collected" in collected.output, collected.output
+    assert "= gradmagic" not in collected.output
 
 
 def test_settings_read_sizes_and_reasons(tmp_path):

@@ -126,6 +126,8 @@ class GradmagicPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session):
+        if session.config.option.collectonly:  # --collect-only: no test runs, nothing to watch or say
+            return (yield)
         error: BaseException | None = None
         self.looped = True
         try:
