@@ -119,6 +119,7 @@ class Watch:
         self.outer = False
         self._paused = 0  # watches that ran inside this one
         self._inside: Watch | None = None  # the outer watch this one paused
+        self._more: list = []  # the instrumentations of the recordings after a pause
 
     @property
     def test(self) -> str | None:
@@ -228,7 +229,7 @@ class Watch:
         mine = self._instrumentation
         for seen, more in ((mine.notes, instrumentation.notes), (mine.retraced, instrumentation.retraced)):
             seen += [item for item in more if item not in seen]
-        self._more = getattr(self, "_more", []) + [instrumentation]
+        self._more.append(instrumentation)
 
     def __exit__(self, kind, error, traceback) -> bool:
         if self._running is None:  # never entered, or ended already: nothing to put back, no report to make
@@ -250,7 +251,7 @@ class Watch:
                 self._inside._resume()
                 self._inside = None
         restored = time.perf_counter()
-        for later in getattr(self, "_more", []):  # what the recordings after a pause noted, as they ended
+        for later in self._more:  # what the recordings after a pause noted, as they ended
             self._instrumentation.notes.extend(note for note in later.notes if note not in self._instrumentation.notes)
         if self._paused:
             self._instrumentation.notes.append(
