@@ -463,3 +463,14 @@ def test_a_watch_that_cannot_start_fails_the_session_saying_why(tmp_path):
         run.output
     )
     assert "1 failed, 1 passed" in run.output
+
+
+def test_nothing_checked_is_no_pass(tmp_path):
+    """A memory limit of 0 keeps no call: the op is reached, nothing is checked, and the session says so and fails."""
+    folder = project(tmp_path / "layerkit", SURROGATES + "memory_limit = 0\n")
+    run = pytest_in(folder, "--gradmagic", "-k", "softplus_gradient")
+    assert run.returncode == 1, run.output
+    assert "FAILED gradmagic::watch - gradmagic: the tests reached 1 custom-gradient op(s) and none was checked" in (
+        run.output
+    )
+    assert "not checked: no call's inputs could be kept within the watch's memory limit" in run.row("softplus")

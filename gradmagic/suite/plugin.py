@@ -171,6 +171,12 @@ class GradmagicPlugin:
                 return
             self.reports = [report] if report is not None else []
         self.report = results.merged(self.reports, self.lost, self.settings)
+        if self.report is not None and self.report.watched and not self.report.checked:
+            # Ops reached and none checked (a budget or memory limit of 0, every call refused): no pass on nothing.
+            self.problems.append(
+                f"gradmagic: the tests reached {len(self.report.watched)} custom-gradient op(s) and none was checked "
+                "(each op's row says why): nothing was verified"
+            )
         if self.report is not None:
             self.outcomes = results.outcomes(self.report, self.settings)
             if self.settings.report is not None:

@@ -64,7 +64,7 @@ def merged(reports: list[WatchReport], lost: list[LostWorker], settings: Setting
         for op in report.watched:
             ops.setdefault((op.name, op.where), []).append(op)
     for worker in lost:
-        for op in _lost_ops(worker, settings):
+        for op in _lost_ops(worker):
             ops.setdefault((op.name, op.where), []).append(op)
     if not reports and not ops:
         return None
@@ -128,7 +128,7 @@ def _merged_op(group: list[WatchedOp]) -> WatchedOp:
     )
 
 
-def _lost_ops(worker: LostWorker, settings: Settings) -> list[WatchedOp]:
+def _lost_ops(worker: LostWorker) -> list[WatchedOp]:
     """The ops a dead worker had reached, each "not checked", saying why."""
     progress = worker.progress or {}
     when = "while its checks ran" if progress.get("phase") == "checks" else "before its checks"
@@ -180,7 +180,7 @@ def outcomes(report: WatchReport, settings: Settings) -> list[OpOutcome]:
             nodeid += f"[line {line}]"
         seen.add(nodeid)
         location = (path or "gradmagic", (line - 1) if line else None, f"gradmagic::{op.name}")
-        xfail = _xfail_reason(op, path, settings)
+        xfail = _xfail_reason(op, settings)
         outcome: Literal["passed", "failed", "skipped"] = "passed"
         longrepr: Any = None
         if op.verdict == "fail":
@@ -203,22 +203,23 @@ def _place(op: WatchedOp) -> tuple[str | None, int | None]:
     return path, int(line) if line.isdigit() else None
 
 
-def _xfail_reason(op: WatchedOp, path: str | None, settings: Settings) -> str | None:
-    """The reason the op is declared a known failure (by name, or module and name), else None."""
+def _names_of(op: WatchedOp) -> list[str]:
+    """What a declaration may call the op: its name, and its module and name where its file is under the project."""
+    path, _ = _place(op)
     names = [op.name]
     if path and path.endswith(".py") and not path.startswith(("/", "..")):
         names.append(path[:-3].replace("/", ".").replace("\\", ".") + "." + op.name)
-    return next((settings.xfail[name] for name in names if name in settings.xfail), None)
+    return names
+
+
+def _xfail_reason(op: WatchedOp, settings: Settings) -> str | None:
+    """The reason the op is declared a known failure (by name, or module and name), else None."""
+    return next((settings.xfail[name] for name in _names_of(op) if name in settings.xfail), None)
 
 
 def unmatched_xfail(report: WatchReport | None, settings: Settings) -> list[str]:
     """The known failures declared for ops no test reached (a misspelt name, a test that no longer runs)."""
-    reached = set()
-    for op in report.watched if report else ():
-        path, _ = _place(op)
-        reached.add(op.name)
-        if path and path.endswith(".py"):
-            reached.add(path[:-3].replace("/", ".") + "." + op.name)
+    reached = {name for op in (report.watched if report else ()) for name in _names_of(op)}
     return sorted(name for name in settings.xfail if name not in reached)
 
 
