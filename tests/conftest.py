@@ -29,6 +29,8 @@ from IPython.utils.capture import capture_output  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Screenshots and other files kept from a run for a person to look at.
+ARTIFACTS = ROOT / "test-artifacts"
 #: A project of its own (its package and test suite), on which `pytest --gradmagic` is tried: never collected here.
 collect_ignore = ["sample_project"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import report_fixtures
 import tensorflow as tf
-from conftest import ISOLATED_ENV
+from conftest import ARTIFACTS, ISOLATED_ENV
 from jupyterlab_server import (
     JupyterLab,
     open_in_notebook7,
@@ -37,7 +37,6 @@ from gradmagic.render import surrogate_line
 from gradmagic.report import MIME_TYPE
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
 LOG1PEXP_CELL = """%%custom_gradient --check x=tf.constant([-5., 0., 100.])
 import tensorflow as tf
 

@@ -3,14 +3,18 @@ loops (compiled by model.fit, in the user's tf.function, eager), in a real IPyth
 mode in a fresh Python."""
 
 import json
+import queue
+import shutil
+import signal
 import time
+import warnings
 
 import jsonschema
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import codes, problem, run, run_python
+from conftest import ARTIFACTS, codes, problem, run, run_python
 from IPython.core.error import UsageError
 from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
@@ -424,11 +428,17 @@ def test_gradwatch_usage(nb):
         assert "Watches do not nest" in nb.fails("%%gradwatch\npass", UsageError).stderr
 
 
-def test_ctrl_c_in_a_kernel_stops_the_watched_training_shows_the_report_and_puts_everything_back(kernel):
+def test_ctrl_c_in_a_kernel_stops_the_watched_training_shows_the_report_and_puts_everything_back(kernel, tmp_path):
+    """As a user stops training that runs too long: Ctrl-C (the kernel's interrupt, SIGINT) once the watched loop
+    trains. Should the first interrupt not end the cell within a minute, its kernel's threads are dumped into
+    test-artifacts/ and the interrupt is sent again, as a user presses Ctrl-C again; a dead kernel fails at once."""
     manager, client = kernel
+    stacks = tmp_path / "kernel-stacks.txt"
     setup = run(
         client,
-        """
+        f"""
+import faulthandler, signal
+faulthandler.register(signal.SIGUSR1, file=open({str(stacks)!r}, "w"), all_threads=True)
 %load_ext gradmagic
 import numpy as np, keras, tensorflow as tf
 from tensorflow.python.ops import custom_gradient
@@ -452,10 +462,24 @@ x, y = np.ones((64, 4), "f4"), np.ones((64, 1), "f4")
 """,
     )
     assert setup["status"] == "ok", setup["shown"]
-    message_id = client.execute("%%gradwatch watched\nfor epoch in range(100_000):\n    model.fit(x, y, verbose=0)")
-    time.sleep(6)  # training, recorded
+    message_id = client.execute(
+        "%%gradwatch watched\nfor epoch in range(100_000):\n    model.fit(x, y, verbose=0)\n"
+        "    if epoch == 2:\n        print('training', flush=True)"
+    )
+    wait_for_output(client, message_id, "training")  # the watched loop runs, recorded
     manager.interrupt_kernel()
-    interrupted = run_until_reply(client, message_id)
+    interrupted = run_until_reply(client, message_id, timeout=60)
+    if interrupted is None:
+        assert manager.is_alive(), "the kernel died when interrupted"
+        manager.signal_kernel(signal.SIGUSR1)
+        time.sleep(2)
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copy(stacks, ARTIFACTS / "ctrl-c-kernel-stacks.txt")
+        warnings.warn("The first Ctrl-C did not end the watched cell in 60 s; its threads then are in "
+                      "test-artifacts/ctrl-c-kernel-stacks.txt; the interrupt was sent again", stacklevel=1)
+        manager.interrupt_kernel()
+        interrupted = run_until_reply(client, message_id)
+    assert interrupted is not None, "two interrupts did not end the watched cell"
     assert interrupted["status"] == "error" and interrupted["ename"] == "KeyboardInterrupt"
     (shown,) = [output for output in interrupted["outputs"] if WATCH_MIME_TYPE in output]
     assert "text/html" in shown and "softsign" in shown["text/plain"]
@@ -502,11 +526,26 @@ x, y = np.ones((64, 4), "f4"), np.ones((64, 1), "f4")
     assert after["shown"].strip() == "WatchReport True"
 
 
-def run_until_reply(client, message_id: str) -> dict:
-    """The outputs a cell sent and its reply, once it has ended."""
+def wait_for_output(client, message_id: str, text: str, timeout: float = 300) -> None:
+    """Wait until the running cell `message_id` prints `text`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        message = client.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.1))
+        if message["parent_header"].get("msg_id") != message_id:
+            continue
+        if message["msg_type"] == "stream" and text in message["content"]["text"]:
+            return
+        assert message["msg_type"] != "error", message["content"]["evalue"]
+
+
+def run_until_reply(client, message_id: str, timeout: float = 120) -> dict | None:
+    """The outputs a cell sent and its reply, once it has ended; None when no message came for `timeout` seconds."""
     outputs, content = [], {}
     while True:
-        message = client.get_iopub_msg(timeout=120)
+        try:
+            message = client.get_iopub_msg(timeout=timeout)
+        except queue.Empty:
+            return None
         if message["parent_header"].get("msg_id") != message_id:
             continue
         if message["msg_type"] in ("display_data", "execute_result"):
