@@ -593,7 +593,9 @@ class GradientMagics(Magics):
         ops made by %%custom_gradient or decorated with tf.custom_gradient or
         keras.ops.custom_gradient (on Keras's TensorFlow, JAX and PyTorch
         backends), in layers, methods, nested ops, tf.function, jax.jit and
-        model.fit's compiled steps::
+        model.fit's compiled steps; gradients registered with
+        tf.RegisterGradient (%%register_gradient's too) where TensorFlow
+        takes them, each checked through the op it was taken for::
 
             %%gradwatch
             model.fit(x, y, epochs=1)

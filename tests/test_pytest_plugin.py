@@ -474,3 +474,48 @@ def test_nothing_checked_is_no_pass(tmp_path):
         run.output
     )
     assert "not checked: no call's inputs could be kept within the watch's memory limit" in run.row("softplus")
+
+
+REGISTERED_TESTS = '''import pytest
+import tensorflow as tf
+
+from layerkit.ops import softplus
+
+
+@tf.RegisterGradient("HalfSign")
+def _half_sign(op, upstream):
+    return 0.5 * upstream
+
+
+@tf.RegisterGradient("SquareTimesThree")
+def _square_gradient(op, upstream):
+    return 3.0 * upstream * op.inputs[0]
+
+
+@tf.function
+def step(x):
+    with tf.compat.v1.get_default_graph().gradient_override_map({"Sign": "HalfSign", "Square": "SquareTimesThree"}):
+        return tf.sign(x) + tf.square(x) + softplus(x)
+
+
+@pytest.mark.gradmagic(surrogate="HalfSign")
+def test_registered_gradients_in_use():
+    x = tf.constant([0.5, -2.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = step(x)
+    assert tape.gradient(y, x).shape == (2,)
+'''
+
+
+def test_registered_gradients_are_checked(tmp_path):
+    """Gradients registered with tf.RegisterGradient and applied by an override are checked at the inputs their ops
+    got, each as an op named as registered: a declared surrogate passes, a wrong one fails naming its definition."""
+    folder = project(tmp_path / "layerkit", files={"tests/test_registered.py": REGISTERED_TESTS})
+    run = pytest_in(folder, "--gradmagic", "-k", "registered", "-rA")
+    assert run.returncode == 1, run.output
+    assert "3 custom-gradient ops reached by 1 test: 1 failed, 2 passed" in run.output, run.output
+    assert "passed" in run.row("HalfSign") and "passed" in run.row("softplus")
+    row = run.row("SquareTimesThree")
+    assert "tests/test_registered.py, line 12" in row and "failed" in row and "1.5 times" in row, row
+    assert "FAILED tests/test_registered.py::gradmagic::SquareTimesThree" in run.output

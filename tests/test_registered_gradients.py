@@ -9,6 +9,7 @@ gradient (a factor of 1.1). In a real IPython shell, in TensorFlow 2's `tf.funct
 fresh Python, see test_tf1_graph.py) and in a real Jupyter kernel.
 """
 
+import numpy as np
 import tensorflow as tf
 from conftest import codes, problem
 from IPython.core.error import UsageError
@@ -364,3 +365,39 @@ def test_the_whole_recipe_pasted_under_the_magic_is_checked_through_its_forward(
         assert not [p for p in report.problems if p.code == "override-unused" and p.severity == "error"], report
     again = nb.ok("%gradcheck _cube_grad")  # through its forward, at the cell's inputs
     assert again.result.result.verdict == "pass", again.stdout
+
+
+def test_gradwatch_records_and_checks_the_registered_gradients_a_cell_takes(nb):
+    """Under %%gradwatch, the magic's registered gradient (applied with `with ste:` in a tf.function) is recorded where
+    TensorFlow takes it and checked through its Sign op, as declared on its cell (--surrogate); a wrong one registered
+    by hand (a factor of 1.1) fails there, named as registered and defined in its cell."""
+    nb.ok(STE_CELL)
+    nb.ok(
+        '@tf.RegisterGradient("TooSteepSquare")\n'
+        "def too_steep(op, grad):\n"
+        "    return 1.1 * 2.0 * grad * op.inputs[0]\n"
+    )
+    defined = nb.last_cell_number
+    nb.ok(
+        "@tf.function\n"
+        "def binarize(x):\n"
+        "    with ste, tf.compat.v1.get_default_graph().gradient_override_map({'Square': 'TooSteepSquare'}):\n"
+        "        return tf.sign(x) + tf.square(x)\n"
+    )
+    run = nb.ok(
+        "%%gradwatch watched\n"
+        "for values in ([0.5, -1.5], [2.0, 0.25]):\n"
+        "    x = tf.constant(values)\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        tape.watch(x)\n"
+        "        y = binarize(x)\n"
+        "    gradient = tape.gradient(y, x)\n"
+    )
+    report = nb.ns["watched"]
+    assert run.result.result is report and sorted(op.name for op in report.watched) == ["STE", "TooSteepSquare"]
+    ste = report["STE"]
+    assert (ste.calls, ste.gradient_calls, ste.verdict) == (2, 2, "surrogate"), said(run)
+    steep = report["TooSteepSquare"]
+    assert steep.verdict == "fail" and steep.where == f"Cell In[{defined}], line 1" and steep.calls == 2
+    assert "1.1 times the finite differences" in problem(steep.report, "fd-mismatch").message
+    np.testing.assert_allclose(nb.ns["gradient"], [1.0 + 1.1 * 4.0, 1.0 + 1.1 * 0.5], rtol=1e-6)  # as unwatched

@@ -18,6 +18,7 @@ from conftest import ARTIFACTS, codes, problem, run, run_python
 from IPython.core.error import UsageError
 from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 from tensorflow.python.eager.polymorphic_function.polymorphic_function import Function
+from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import custom_gradient as tf_custom_gradient
 
 import gradmagic
@@ -298,6 +299,49 @@ def test_everything_is_put_back_after_an_error_and_a_ctrl_c():
             raise KeyboardInterrupt
     assert global_settings() == settings
     assert interrupted.report.ops[0].numerics.skipped_because == "not checked: the watch was interrupted"
+
+
+@tf.RegisterGradient("GradmagicTestHalfSign")
+def _half_sign(op, upstream):
+    return 0.5 * upstream
+
+
+@tf.RegisterGradient("GradmagicTestSquare")
+def _square_gradient(op, upstream):
+    return 3.0 * upstream * op.inputs[0]  # 1.5 times too large
+
+
+def test_registered_gradients_are_recorded_and_checked_through_their_op_and_the_registry_put_back():
+    """Gradients registered with tf.RegisterGradient, applied by overrides in a tf.function: each taken gradient is
+    an op of the report (named as registered, defined where its def is), recorded at every run of the backward with
+    the inputs of the op it was taken for, and checked through that op built under the override. TensorFlow's own
+    registered gradients (Exp's) are not."""
+
+    @tf.function
+    def step(x):
+        overrides = {"Sign": "GradmagicTestHalfSign", "Square": "GradmagicTestSquare"}
+        with tf.compat.v1.get_default_graph().gradient_override_map(overrides):
+            return tf.sign(x) + tf.square(x) + scaled_tanh(x) + tf.exp(x)
+
+    lookup = type(tf_ops._gradient_registry).lookup
+    with gradmagic.watch(surrogates=["GradmagicTestHalfSign"]) as watch:
+        for values in ([0.5, -2.0], [1.5, 3.0]):
+            x = tf.constant(values)
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = step(x)
+            expected = 0.5 + 3 * x + (1 - np.tanh(x) ** 2) + np.exp(x)
+            np.testing.assert_allclose(tape.gradient(y, x), expected, rtol=1e-6)  # training as without the watch
+    assert type(tf_ops._gradient_registry).lookup is lookup
+    report = watch.report
+    assert sorted(op.name for op in report.watched) == ["GradmagicTestHalfSign", "GradmagicTestSquare", "scaled_tanh"]
+    square = report["GradmagicTestSquare"]
+    assert (square.calls, square.compiled_calls, square.gradient_calls) == (2, 2, 2)
+    assert square.verdict == "fail" and "fd-mismatch" in square.report.codes()
+    assert square.where.endswith(f"test_watch.py, line {_square_gradient.__code__.co_firstlineno}")
+    assert square.inputs[0].name == "x" and (square.inputs[0].minimum, square.inputs[0].maximum) == (-2.0, 3.0)
+    assert report["GradmagicTestHalfSign"].verdict == "surrogate"
+    assert report["scaled_tanh"].verdict == "pass" and not report.ok
 
 
 def test_recording_is_bounded_by_calls_and_memory():

@@ -30,6 +30,9 @@ class OpSite:
     #: The framework its check runs with (`gradmagic.check`'s `framework`): "keras" for `keras.ops.custom_gradient`
     #: ops on Keras's JAX and PyTorch backends.
     framework: str = "tensorflow"
+    #: For a gradient registered with `tf.RegisterGradient` (`function`, registered under `name`): its calls are calls
+    #: of a forward building the op it was taken for under the override, already the op to check (no decorator).
+    registered: bool = False
 
 
 @dataclass(frozen=True)

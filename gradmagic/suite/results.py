@@ -187,12 +187,21 @@ def outcomes(report: WatchReport, settings: Settings) -> list[OpOutcome]:
             headline = f"{op.name} ({op.where or 'defined where unknown'}) fails its gradient check: {watch_row(op)[4]}"
             outcome, longrepr = ("skipped", None) if xfail else ("failed", f"{headline}\n\n{watched_op_text(op)}")
         elif op.verdict == "unchecked":
-            why = op.report.numerics.skipped_because or "not checked"
+            why = _unchecked_because(op)
             outcome, longrepr, xfail = "skipped", (path or "gradmagic", line or 0, f"Skipped: {why}"), None
         elif xfail is not None and settings.xfail_strict:
             outcome, longrepr, xfail = "failed", f"[XPASS(strict)] {xfail}: its check passes", None
         results.append(OpOutcome(nodeid, location, outcome, longrepr, xfail, op))
     return results
+
+
+def _unchecked_because(op: WatchedOp) -> str:
+    """Why an op was not checked: for one with no call recorded (a registered gradient, calls inside XLA), what the
+    watch found of it, since a pytest line cannot send its reader to the report's findings."""
+    unrecorded = [finding.message for finding in op.findings if finding.code == "watch-unrecorded"]
+    if not op.calls and unrecorded:
+        return f"not checked: {unrecorded[0]}"
+    return op.report.numerics.skipped_because or "not checked"
 
 
 def _place(op: WatchedOp) -> tuple[str | None, int | None]:

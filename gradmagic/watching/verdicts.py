@@ -340,12 +340,25 @@ def _check_at(record: OpRecord, kept: KeptCall, verdicts: Verdicts, ops: dict) -
         info = info_of(magic)
         options = {**verdicts.options, "surrogate": surrogate or info.surrogate}
         return api.check_given(magic, args, {**keywords, **kwargs}, info.framework, None, options, given)
-    try:
-        op = ops.get(call) or ops.setdefault(call, verdicts.decorate(call))
-    except TypeError:  # a callable that cannot be a key: decorated for this check alone
-        op = verdicts.decorate(call)
+    if record.site.registered:  # the op built under its registered gradient's override: checked as it is
+        op, surrogate = call, surrogate or _declared_by_magic(record)
+    else:
+        try:
+            op = ops.get(call) or ops.setdefault(call, verdicts.decorate(call))
+        except TypeError:  # a callable that cannot be a key: decorated for this check alone
+            op = verdicts.decorate(call)
     options = {**verdicts.options, "surrogate": surrogate}
     return api.check_given(op, args, kwargs, options.pop("framework", record.site.framework), None, options, given)
+
+
+def _declared_by_magic(record: OpRecord) -> bool:
+    """Whether the `%%register_gradient` cell that registered this gradient (bound under its def's name, the gradient
+    function its `function`) declared it a surrogate."""
+    bound = user_namespace().get(getattr(record.site.function, "__name__", ""))
+    if getattr(bound, "function", None) is not record.site.function:
+        return False
+    info = info_of(bound)
+    return bool(info is not None and info.surrogate)
 
 
 def _magic_op(record: OpRecord) -> Callable | None:
@@ -462,6 +475,11 @@ def _unrun(record: OpRecord, raised: str | None) -> str | None:
         ran = (
             f" and ran {_counted(record.xla_calls, 'time')} inside XLA-compiled code, whose values never reach "
             "Python, and no step was replayed uncompiled"
+        )
+    elif record.site.registered and any(traced.xla for traced in record.traced):
+        ran = (
+            " inside XLA-compiled code, whose values never reach Python (a registered gradient's backward compiled "
+            "by XLA is not counted when it runs)"
         )
     elif raised is not None:
         ran = f" but never ran: the watched code raised {raised}"

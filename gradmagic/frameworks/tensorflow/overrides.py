@@ -65,6 +65,31 @@ def register(name: str, function: Callable) -> bool:
     return previous is not None
 
 
+@contextlib.contextmanager
+def taken(given: Callable[[str, Callable], Callable]) -> Iterator[None]:
+    """Within: each time TensorFlow takes a gradient a user registered (not one of its own) from the registry, to build
+    a backward (a graph's) or run one (eagerly), it gets `given(name, function)` in its place; `given` must not
+    raise."""
+    kind = type(_REGISTRY)  # its instances take no attributes of their own
+    lookup = kind.lookup
+    users: dict[Callable, bool] = {}  # whether a function taken is a user's (an eager backward takes one an op)
+
+    def looked_up(registry, name):
+        function = lookup(registry, name)
+        if registry is not _REGISTRY or function is None:  # None: registered as not differentiable
+            return function
+        user = users.get(function)
+        if user is None:
+            user = users[function] = callable(function) and not is_tensorflows(function)
+        return given(name if isinstance(name, str) else name.decode(), function) if user else function
+
+    kind.lookup = looked_up
+    try:
+        yield
+    finally:
+        kind.lookup = lookup
+
+
 #: For each `registering` running, what each name it registered held before (None: nothing), to put back on failure.
 _JOURNALS: list[dict] = []
 

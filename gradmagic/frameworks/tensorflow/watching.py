@@ -26,6 +26,11 @@ A graph traced before the watch would run without the recording, so while a watc
 A `tf.function` first traced during the watch is not copied (its first trace may create the variables it keeps): its
 traces are forgotten when the watch ends, so that it traces again, without the recording, when next called.
 TensorFlow's and Keras's own custom gradients (`tf.recompute_grad`, distributed all-reduce) are not recorded.
+
+A gradient registered with `tf.RegisterGradient` (not TensorFlow's own) is recorded where TensorFlow takes it from the
+registry (`overrides.taken`): it gets a stand-in that calls it and records, now or at each run of the backward being
+built, a call of the op it was taken for (its inputs and outputs) and of the gradient; the op is checked through that
+op built again under the override (`_registered_forward`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager.polymorphic_function import polymorphic_function  # tf.function, to trace again
+from tensorflow.python.framework import op_def_registry  # an op type's inputs, to build one again
 from tensorflow.python.framework import ops as tf_ops  # the default graph, to tell an XLA context
 from tensorflow.python.ops import control_flow_util  # whether a graph is compiled by XLA
 from tensorflow.python.ops import custom_gradient as tf_custom_gradient
@@ -51,7 +57,7 @@ from tensorflow.python.util import (
 )
 
 from gradmagic.frameworks import is_keras_variable, keras_backend, watching
-from gradmagic.frameworks.tensorflow import replicas
+from gradmagic.frameworks.tensorflow import overrides, replicas
 from gradmagic.frameworks.tensorflow.replicas import traced_once
 from gradmagic.frameworks.watching import (
     BackwardCall,
@@ -95,7 +101,8 @@ def recording(recorder: Recorder) -> Iterator[Instrumentation]:
             setattr(tf_custom_gradient, name, _standing_in(original))
         keras_functions.install()
         traced_functions.install()
-        yield Instrumentation("tensorflow", tf.__version__, notes, retraced, workers)
+        with overrides.taken(_registered_taken):
+            yield Instrumentation("tensorflow", tf.__version__, notes, retraced, workers)
     finally:
         try:
             traced_functions.xla.finish()
@@ -196,6 +203,107 @@ def _standing_in(original: Callable) -> Callable:
         return original(_recorded(function, site), args, kwargs)
 
     return decorator
+
+
+def _registered_taken(name: str, function: Callable) -> Callable:
+    """The gradient TensorFlow gets for one registered with `tf.RegisterGradient(name)` that it takes to build (in a
+    graph) or run (eagerly) a backward: `function`, each call recorded as a call of the op it is taken for (its inputs
+    and outputs, the upstream gradients, the gradients returned), checked through that op built under the override."""
+    innermost = inspect.unwrap(function)
+    if _delivery.checks or (getattr(innermost, "__module__", None) or "").split(".")[0] in _FRAMEWORK_PACKAGES:
+        return function
+    code = getattr(innermost, "__code__", None)
+    site = OpSite(
+        function, name, code.co_filename if code else None, code.co_firstlineno if code else None, registered=True
+    )
+
+    @functools.wraps(function)
+    def recording(op, *upstream):
+        gradients = function(op, *upstream)
+        try:
+            return _record_registered(site, op, upstream, gradients)
+        except Exception as error:  # noqa: BLE001 - the backward is built (or runs) as without the watch
+            _delivery.note_failure(site, error)
+            return gradients
+
+    return recording
+
+
+def _record_registered(site: OpSite, op: Any, upstream: tuple, gradients: Any) -> Any:
+    """Record a call of a registered gradient now (eagerly) or at each run of the backward being built, as a call of
+    the op it was taken for followed by its gradient's call; the gradients to return."""
+    definition = op_def_registry.get(op.type)
+    flat = list(gradients) if isinstance(gradients, (list, tuple)) else [gradients]
+    why = None
+    if definition is None or getattr(tf.raw_ops, op.type, None) is None:
+        why = f"was taken for a {op.type} op, which tf.raw_ops cannot build again (a custom op library's)"
+    elif any(argument.number_attr or argument.type_list_attr for argument in definition.input_arg):
+        why = f"was taken for a {op.type} op, whose inputs are lists: the watch cannot call it again"
+    elif not all(_recordable(value) for value in [*op.inputs, *op.outputs, *upstream]):
+        why = f"was taken for a {op.type} op with inputs, outputs or upstream gradients that are not dense numbers"
+    if why is not None:
+        _delivery.deliver("unrecorded", site, why)
+        return gradients
+    forward = _registered_forward(op, site.name, site.function)
+    input_names = tuple(argument.name for argument in definition.input_arg)
+    output_names = tuple(f"output[{i}]" if len(op.outputs) > 1 else "output" for i in range(len(op.outputs)))
+    returned = [gradient for gradient in flat if _recordable(gradient)]
+    inputs, outputs = len(op.inputs), len(op.inputs) + len(op.outputs)
+    calls = len(upstream)
+
+    def record(values: list, compiled: bool) -> int:
+        arrays = [np.asarray(value) for value in values]
+        call = ForwardCall(forward, input_names, arrays[:inputs], output_names, arrays[inputs:outputs],
+                           lambda given: (tuple(given), {}), compiled)
+        call_id = _delivery.deliver("forward", site, call)
+        kept = iter(arrays[outputs + calls:])
+        names = tuple(input_names[i] if i < len(input_names) else f"gradient[{i}]" for i in range(len(flat)))
+        backward = BackwardCall(arrays[outputs:outputs + calls], names,
+                                [next(kept) if _recordable(gradient) else None for gradient in flat])
+        _delivery.deliver("backward", site, call_id, backward)
+        return call_id
+
+    values = [*op.inputs, *op.outputs, *upstream, *returned]
+    if tf.executing_eagerly():
+        record(values, False)
+        return gradients
+    shapes = [value.shape for value in op.inputs]
+    if all(shape.rank is not None for shape in shapes):  # checked at inputs made to these where no run hands any over
+        dtypes = tuple(np.dtype(value.dtype.as_numpy_dtype) for value in op.inputs)
+        traced = TracedCall(forward, input_names, dtypes, tuple(tuple(shape.as_list()) for shape in shapes),
+                            lambda given: (tuple(given), {}), _in_xla())
+        _delivery.deliver("traced", site, traced)
+    if _in_xla():  # XLA cannot call back into Python: the op is checked at inputs of its traced shapes
+        return gradients
+    done = tf.numpy_function(
+        lambda *run: np.int64(record(list(run), True)),
+        [tf.stop_gradient(value) for value in values],
+        tf.int64,
+        name="gradmagic_watch_registered",
+    )
+    return _after(done, gradients)
+
+
+def _registered_forward(op: Any, name: str, function: Callable) -> Callable:
+    """A tf.function building one op of `op`'s type with its attributes under the override that gives it the gradient
+    registered as `name` (`function`; a gradient registered under the type itself is overridden by itself)."""
+    build = overrides.primitive(op.type)
+    signature = inspect.signature(build)
+    attributes = {}
+    for key in [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]:
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # not set on this op: the op type's default
+            attributes[key] = op.get_attr(key)
+
+    def forward(*inputs):
+        return build(*inputs, **attributes)
+
+    forward.__name__ = forward.__qualname__ = name  # the op the report names: the registered gradient's
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]  # read by inspect.signature
+        parameters=[p for p in signature.parameters.values() if p.kind is not p.KEYWORD_ONLY]
+    )
+    gradient = overrides.RegisteredGradient(name, function, (op.type,), None, False)
+    with tf.init_scope():  # a tf.function, made eagerly, applies the override wherever the check calls it
+        return overrides.applying(forward, gradient)
 
 
 def _site(function: Callable) -> OpSite | None:
