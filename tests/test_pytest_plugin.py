@@ -335,6 +335,13 @@ def test_the_report_option_needs_the_plugin(tmp_path):
     collected = pytest_in(tmp_path / "layerkit", "--gradmagic", "--co", "-q")  # nothing runs: nothing to say
     assert collected.returncode == 0 and f"{OWN_TESTS} tests collected" in collected.output, collected.output
     assert "= gradmagic" not in collected.output
+    (tmp_path / "layerkit" / "reports").write_text("a file where the report's folder would go")
+    nowhere = pytest_in(tmp_path / "layerkit", "--gradmagic", "--gradmagic-report=reports/suite", "-q")
+    assert nowhere.returncode == 4, nowhere.output  # said before the suite runs, not after
+    assert (
+        f"gradmagic: --gradmagic-report {tmp_path / 'layerkit' / 'reports' / 'suite'}: its folder cannot be made "
+        f"({tmp_path / 'layerkit' / 'reports'}: File exists); no test ran"
+    ) in nowhere.output, nowhere.output
 
 
 def test_settings_read_sizes_and_reasons(tmp_path):

@@ -63,6 +63,14 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = read(pyproject, config.getoption("gradmagic_report"), bool(config.getini("xfail_strict")))
     except SettingsError as error:
         raise pytest.UsageError(f"gradmagic: {error}") from None
+    if settings.report is not None:  # said now, not after the whole suite ran
+        try:
+            settings.report.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise pytest.UsageError(
+                f"gradmagic: --gradmagic-report {settings.report}: its folder cannot be made ({error.filename}: "
+                f"{error.strerror or error}); no test ran"
+            ) from None
     config.pluginmanager.register(GradmagicPlugin(config, settings), "gradmagic-suite")
 
 
@@ -180,7 +188,13 @@ class GradmagicPlugin:
         if self.report is not None:
             self.outcomes = results.outcomes(self.report, self.settings)
             if self.settings.report is not None:
-                self.written = results.write(self.report, self.settings.report)
+                try:
+                    self.written = results.write(self.report, self.settings.report)
+                except OSError as error:
+                    self.problems.append(
+                        f"gradmagic: the report could not be written to {self.settings.report} "
+                        f"({type(error).__name__}: {error})"
+                    )
 
     def _tell(self, session: pytest.Session) -> None:
         """Each op's outcome reported as a test's, and gradmagic's own failure (its watch could not start or end,
