@@ -512,6 +512,25 @@ def test_registered_gradients_in_use():
         tape.watch(x)
         y = step(x)
     assert tape.gradient(y, x).shape == (2,)
+
+
+@tf.RegisterGradient("PyCubeGradient")
+def _py_cube_gradient(op, upstream):
+    return 3.0 * upstream * op.inputs[0] ** 2
+
+
+@tf.function
+def py_cube(x):
+    with tf.compat.v1.get_default_graph().gradient_override_map({"PyFunc": "PyCubeGradient"}):
+        return tf.compat.v1.py_func(lambda v: v**3, [x], tf.float32)
+
+
+def test_registered_py_func_gradient():
+    x = tf.constant([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = py_cube(x)
+    assert tape.gradient(y, x).numpy().tolist() == [3.0, 12.0]
 '''
 
 
@@ -521,8 +540,15 @@ def test_registered_gradients_are_checked(tmp_path):
     folder = project(tmp_path / "layerkit", files={"tests/test_registered.py": REGISTERED_TESTS})
     run = pytest_in(folder, "--gradmagic", "-k", "registered", "-rA")
     assert run.returncode == 1, run.output
-    assert "3 custom-gradient ops reached by 1 test: 1 failed, 2 passed" in run.output, run.output
+    assert "4 custom-gradient ops reached by 2 tests: 1 failed, 1 not checked, 2 passed" in run.output, run.output
     assert "passed" in run.row("HalfSign") and "passed" in run.row("softplus")
     row = run.row("SquareTimesThree")
     assert "tests/test_registered.py, line 12" in row and "failed" in row and "1.5 times" in row, row
     assert "FAILED tests/test_registered.py::gradmagic::SquareTimesThree" in run.output
+    # The py_func recipe's PyFunc takes a list of inputs: its gradient is named, saying why it is not checked.
+    assert "not checked" in run.row("PyCubeGradient")
+    assert "PyCubeGradient reached by tests/test_registered.py::test_registered_py_func_gradient" in run.output
+    assert (
+        "SKIPPED [1] tests/test_registered.py:32: not checked: `PyCubeGradient` was taken for a PyFunc op, whose "
+        "inputs are lists: the watch cannot call it again"
+    ) in run.output, run.output

@@ -196,8 +196,9 @@ def outcomes(report: WatchReport, settings: Settings) -> list[OpOutcome]:
 
 
 def _unchecked_because(op: WatchedOp) -> str:
-    """Why an op was not checked: for one with no call recorded (a registered gradient, calls inside XLA), what the
-    watch found of it, since a pytest line cannot send its reader to the report's findings."""
+    """Why an op was not checked: for one with no call recorded (a registered gradient taken for an op the watch
+    cannot build again, calls that could not be recorded), what the watch found of it, since a pytest line cannot send
+    its reader to the report's findings."""
     unrecorded = [finding.message for finding in op.findings if finding.code == "watch-unrecorded"]
     if not op.calls and unrecorded:
         return f"not checked: {unrecorded[0]}"

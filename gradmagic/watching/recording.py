@@ -289,6 +289,8 @@ class CallRecorder:
         with self.lock:
             op = self._op(site)
             op.unrecorded[reason] = op.unrecorded.get(reason, 0) + 1
+            if self.test is not None:  # the test reached it, though no call of it was counted
+                op.tests.setdefault(self.test, 0)
 
     def first_nonfinite(self, kind: str) -> NonFinite | None:
         """The first non-finite gradient (`kind` "gradient") or output ("output") of any op: the first from finite
