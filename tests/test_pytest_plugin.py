@@ -552,3 +552,11 @@ def test_registered_gradients_are_checked(tmp_path):
         "SKIPPED [1] tests/test_registered.py:32: not checked: `PyCubeGradient` was taken for a PyFunc op, whose "
         "inputs are lists: the watch cannot call it again"
     ) in run.output, run.output
+
+
+def test_a_suite_that_never_imports_a_framework_is_told_so(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_plain.py").write_text("def test_sum():\n    assert 1 + 1 == 2\n")
+    run = pytest_in(tmp_path, "--gradmagic")
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    assert "No test imported TensorFlow or Keras, so no watch started: nothing was checked." in run.output

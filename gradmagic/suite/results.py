@@ -243,7 +243,10 @@ def summary_lines(
     lines: list[str] = []
     if report is None or not report.watched:
         title = "gradmagic: no custom-gradient op reached"
-        lines.append("No test reached a custom-gradient op that could be recorded.")
+        if report is None and not problems:  # no watch started (one starts when a test imports a framework)
+            lines.append("No test imported TensorFlow or Keras, so no watch started: nothing was checked.")
+        else:
+            lines.append("No test reached a custom-gradient op that could be recorded.")
     else:
         shown = [_shown_outcome(result) for result in results]
         counts = {word: shown.count(word) for word in SHOWN_OUTCOMES if word in shown}
