@@ -560,3 +560,50 @@ def test_a_suite_that_never_imports_a_framework_is_told_so(tmp_path):
     run = pytest_in(tmp_path, "--gradmagic")
     assert run.returncode == 0 and "1 passed" in run.output, run.output
     assert "No test imported TensorFlow or Keras, so no watch started: nothing was checked." in run.output
+
+
+CTRL_C_CONFTEST = '''from gradmagic.watching.recording import CallRecorder
+
+original, calls = CallRecorder.forward, []
+
+
+def forward(self, site, call):  # a Ctrl-C landing in the recording's tf.numpy_function callback, at its third call
+    calls.append(call)
+    if len(calls) == 3:
+        raise KeyboardInterrupt
+    return original(self, site, call)
+
+
+CallRecorder.forward = forward
+'''
+CTRL_C_TESTS = '''import tensorflow as tf
+
+from layerkit.ops import softplus
+
+
+@tf.function
+def step(x):
+    return softplus(x) * 2.0
+
+
+def test_steps():
+    for _ in range(5):
+        step(tf.constant([1.0, 2.0]))
+
+
+def test_after():
+    pass
+'''
+
+
+def test_a_ctrl_c_landing_in_the_recording_stops_the_session_as_a_ctrl_c(tmp_path):
+    """TensorFlow turns a Ctrl-C that lands in the watch's callback inside a tf.function into the test's
+    UnknownError: the plugin gives it back as the Ctrl-C it was, and pytest stops there, as for any Ctrl-C."""
+    files = {"tests/conftest.py": CTRL_C_CONFTEST, "tests/test_ctrl_c.py": CTRL_C_TESTS}
+    folder = project(tmp_path / "layerkit", files=files)
+    run = pytest_in(folder, "--gradmagic", "tests/test_ctrl_c.py")
+    assert run.returncode == 2, run.output  # pytest's exit code for an interrupted session
+    assert "KeyboardInterrupt: Ctrl-C, which landed in gradmagic's recording inside compiled code while " in run.output
+    assert "tests/test_ctrl_c.py::test_steps ran" in run.output and "test_after" not in run.output.split("!!!")[-1]
+    assert "not checked: the watch was interrupted" in run.row("softplus")
+    assert "gradmagic::watch" not in run.output  # checks left out on a Ctrl-C are no failure of gradmagic's

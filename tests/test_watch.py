@@ -28,6 +28,7 @@ from gradmagic.render.html import render_watch_html
 from gradmagic.render.text import render_watch_text
 from gradmagic.render.words import watch_data
 from gradmagic.report import WATCH_MIME_TYPE, WatchReport, watch_schema
+from gradmagic.watching.recording import CallRecorder
 
 
 @tf.custom_gradient
@@ -342,6 +343,36 @@ def test_registered_gradients_are_recorded_and_checked_through_their_op_and_the_
     assert square.inputs[0].name == "x" and (square.inputs[0].minimum, square.inputs[0].maximum) == (-2.0, 3.0)
     assert report["GradmagicTestHalfSign"].verdict == "surrogate"
     assert report["scaled_tanh"].verdict == "pass" and not report.ok
+
+
+def test_a_ctrl_c_landing_in_the_recording_inside_compiled_code_is_given_back_as_a_ctrl_c(monkeypatch):
+    """A Ctrl-C lands wherever Python runs, also in the watch's tf.numpy_function callback of a step run on the main
+    thread, where TensorFlow turns the KeyboardInterrupt into an UnknownError. The watch gives it back as the Ctrl-C
+    it was (TensorFlow's error its cause), its ops not checked, as for a Ctrl-C anywhere else. Here it lands at the
+    recording's third call (the recorder raises it there, as a signal arriving at that moment would)."""
+    original, calls = CallRecorder.forward, []
+
+    def forward(self, site, call):
+        calls.append(call)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return original(self, site, call)
+
+    monkeypatch.setattr(CallRecorder, "forward", forward)
+
+    @tf.function
+    def step(x):
+        return scaled_tanh(x) * 2.0
+
+    settings = global_settings()
+    with pytest.raises(KeyboardInterrupt, match="landed in the watch's recording inside compiled code") as raised:
+        with gradmagic.watch() as watch:
+            for _ in range(5):
+                step(tf.constant([1.0, 2.0]))
+    assert isinstance(raised.value.__cause__, tf.errors.UnknownError) and len(calls) == 3
+    assert global_settings() == settings
+    assert watch.report["scaled_tanh"].calls == 2
+    assert watch.report.ops[0].numerics.skipped_because == "not checked: the watch was interrupted"
 
 
 def test_recording_is_bounded_by_calls_and_memory():

@@ -254,3 +254,57 @@ def test_torch_loop_with_loss_backward_is_recorded(torch_run):
     result = torch_run
     assert result["loop"] == [["scaled_tanh", 4, 0, 4, "pass"]]
     assert result["loop_identical"]
+
+
+_JAX_CTRL_C = """
+import numpy as np, keras, jax, gradmagic
+from keras import ops
+from gradmagic.watching.recording import CallRecorder
+
+
+@keras.ops.custom_gradient
+def scaled_tanh(x):
+    y = ops.tanh(x)
+    return y, lambda *args, upstream=None: (args[0] if upstream is None else upstream) * (1 - y * y)
+
+
+original, calls = CallRecorder.forward, []
+
+
+def forward(self, site, call):  # a Ctrl-C landing in the recording's jax.debug.callback, at its third call
+    calls.append(call)
+    if len(calls) == 3:
+        raise KeyboardInterrupt
+    return original(self, site, call)
+
+
+CallRecorder.forward = forward
+step = jax.jit(lambda x: scaled_tanh(x) * 2.0)
+try:
+    with gradmagic.watch() as watch:
+        for _ in range(5):
+            step(np.ones(3, np.float32)).block_until_ready()
+    raised = None
+except BaseException as error:
+    raised = error
+RESULT = {
+    "raised": type(raised).__name__,
+    "message": str(raised),
+    "cause": type(raised.__cause__).__name__,
+    "calls": watch.report.watched[0].calls,
+    "skipped": watch.report.ops[0].numerics.skipped_because,
+}
+"""
+
+
+def test_jax_a_ctrl_c_landing_in_the_recording_callback_is_given_back_as_a_ctrl_c():
+    """JAX runs a jitted step's `jax.debug.callback` on the calling thread: a Ctrl-C landing there comes out of the
+    step as a JaxRuntimeError; the watch gives it back as the KeyboardInterrupt it was, its ops not checked."""
+    process = BackendProcess("jax", _JAX_CTRL_C)
+    try:
+        result = process.result()
+    finally:
+        process.close()
+    assert result["raised"] == "KeyboardInterrupt" and "landed in the watch's recording" in result["message"]
+    assert "RuntimeError" in result["cause"], result
+    assert result["calls"] == 2 and result["skipped"] == "not checked: the watch was interrupted"

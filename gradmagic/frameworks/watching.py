@@ -127,6 +127,32 @@ class Instrumentation:
 
 
 
+#: Ctrl-Cs that landed in a recording's callback run by compiled code (`in_callback`), in this process.
+_callback_interrupts = 0
+
+
+def in_callback(function: Callable) -> Callable:
+    """`function`, a callback that compiled code runs (a `tf.numpy_function`, a `jax.debug.callback`), counting a
+    Ctrl-C that lands in it: the framework turns that KeyboardInterrupt into an error of its own (TensorFlow's
+    UnknownError, JAX's JaxRuntimeError), which the watch gives back as the Ctrl-C it was (`callback_interrupts`)."""
+
+    @functools.wraps(function)
+    def called(*args):
+        global _callback_interrupts
+        try:
+            return function(*args)
+        except KeyboardInterrupt:
+            _callback_interrupts += 1
+            raise
+
+    return called
+
+
+def callback_interrupts() -> int:
+    """How many Ctrl-Cs have landed in the recordings' callbacks in this process (see `in_callback`)."""
+    return _callback_interrupts
+
+
 class Delivery:
     """A framework recording's line to the running watch: the recorder (None when no watch runs) and gradmagic's own
     checks in progress, whose calls of ops are not the watched code's. Handing a call over never raises into the

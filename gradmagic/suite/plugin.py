@@ -126,11 +126,19 @@ class GradmagicPlugin:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         if self.suite is not None:
             self.suite.starting(item.nodeid)
+        interrupts = self.suite.callback_interrupts() if self.suite is not None else 0
         try:
-            return (yield)
+            result = yield
         finally:
             if self.suite is not None:
                 self.suite.finished(item.nodeid)
+        if self.suite is not None and self.suite.callback_interrupts() > interrupts:
+            # A Ctrl-C landed in the watch's recording inside compiled code, which made it an error of the test's:
+            # the session stops, as pytest stops for a Ctrl-C anywhere else.
+            raise KeyboardInterrupt(
+                f"Ctrl-C, which landed in gradmagic's recording inside compiled code while {item.nodeid} ran"
+            )
+        return result
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session):
@@ -179,7 +187,7 @@ class GradmagicPlugin:
                 return
             self.reports = [report] if report is not None else []
         self.report = results.merged(self.reports, self.lost, self.settings)
-        if self.report is not None and self.report.watched and not self.report.checked:
+        if interrupted is None and self.report is not None and self.report.watched and not self.report.checked:
             # Ops reached and none checked (a budget or memory limit of 0, every call refused): no pass on nothing.
             self.problems.append(
                 f"gradmagic: the tests reached {len(self.report.watched)} custom-gradient op(s) and none was checked "

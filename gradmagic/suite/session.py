@@ -55,6 +55,14 @@ class SuiteWatch:
         if self.running:
             self.watch.test = self._test = test
 
+    def callback_interrupts(self) -> int:
+        """Ctrl-Cs that landed in the recordings' callbacks so far (0 before the watch started: none can)."""
+        if self.watch is None:
+            return 0
+        from gradmagic.frameworks.watching import callback_interrupts
+
+        return callback_interrupts()
+
     def finished(self, test: str) -> None:
         """After `test` ran (its teardown included)."""
         if self.running:

@@ -18,6 +18,7 @@ from typing import Any
 from gradmagic.checking.options import CheckOptions
 from gradmagic.errors import GradmagicError, OptionError
 from gradmagic.frameworks import get_watcher
+from gradmagic.frameworks.watching import callback_interrupts
 from gradmagic.notebook import display
 from gradmagic.report import WatchReport
 from gradmagic.watching.recording import CallRecorder
@@ -118,6 +119,7 @@ class Watch:
         #: alone (the calls within are that watch's), this one paused meanwhile.
         self.outer = False
         self._paused = 0  # watches that ran inside this one
+        self._interrupts = 0  # Ctrl-Cs counted in the recordings' callbacks when it started (`in_callback`)
         self._inside: Watch | None = None  # the outer watch this one paused
         self._more: list = []  # the instrumentations of the recordings after a pause
 
@@ -209,6 +211,7 @@ class Watch:
             self.max_checks,
         )
         self._running, self._started = recording, time.perf_counter()
+        self._interrupts = callback_interrupts()
 
     def _pause(self) -> None:
         """Put back what the recording changed, keeping what it recorded, while a watch inside this one runs."""
@@ -259,11 +262,19 @@ class Watch:
                 "a test) ran as alone: the calls within were theirs, not counted or checked here."
             )
         display.register()
+        ctrl_c = None
+        if error is not None and not isinstance(error, KeyboardInterrupt) and callback_interrupts() > self._interrupts:
+            # A Ctrl-C landed in the recording's callback inside compiled code, which turned it into its own error.
+            ctrl_c = KeyboardInterrupt(
+                f"Ctrl-C, which landed in the watch's recording inside compiled code: {type(error).__name__} above"
+            )
         report, interrupted = watch_report(
-            self._recorder, self._instrumentation, self._verdicts, self._timings(ended, restored), error
+            self._recorder, self._instrumentation, self._verdicts, self._timings(ended, restored), ctrl_c or error
         )
         self._report = report
         del self._recorder
+        if ctrl_c is not None:
+            raise ctrl_c from error
         if interrupted is not None and error is None:
             raise interrupted
         return False

@@ -45,7 +45,7 @@ from gradmagic.frameworks.keras.watching import (
     site_of,
     unrecorded,
 )
-from gradmagic.frameworks.watching import BackwardCall, Instrumentation, OpSite, Recorder
+from gradmagic.frameworks.watching import BackwardCall, Instrumentation, OpSite, Recorder, in_callback
 
 __all__ = ["decorated", "recording", "unrecorded"]
 
@@ -121,7 +121,7 @@ def _record_forward(site: OpSite, call: Call, gradient_function: Callable) -> Ca
         pairing.forward(call.forward(arrays[:count], arrays[count:], compiled))
 
     if compiled:
-        jax.debug.callback(each_run, *values)
+        jax.debug.callback(in_callback(each_run), *values)
     else:
         each_run(*values)
     call.inputs = call.outputs = []  # the traced values: each run hands over its own
@@ -155,7 +155,7 @@ def _record_backward(pairing: Pairing, upstream: list, gradients: Any, input_nam
         given = iter(arrays[count:])
         pairing.backward(BackwardCall(arrays[:count], names, [next(given) if p else None for p in present]))
 
-    jax.debug.callback(each_run, *upstream, *[gradient for gradient, p in zip(flat, present) if p])
+    jax.debug.callback(in_callback(each_run), *upstream, *[gradient for gradient, p in zip(flat, present) if p])
 
 
 def _copied(values: tuple) -> list[np.ndarray]:

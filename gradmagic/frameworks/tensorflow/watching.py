@@ -67,6 +67,7 @@ from gradmagic.frameworks.watching import (
     Recorder,
     Replica,
     TracedCall,
+    in_callback,
 )
 
 _DECORATORS = ("_eager_mode_decorator", "_graph_mode_decorator")
@@ -276,7 +277,7 @@ def _record_registered(site: OpSite, op: Any, upstream: tuple, gradients: Any) -
     if _in_xla():  # XLA cannot call back into Python: the op is checked at inputs of its traced shapes
         return gradients
     done = tf.numpy_function(
-        lambda *run: np.int64(record(list(run), True)),
+        in_callback(lambda *run: np.int64(record(list(run), True))),
         [tf.stop_gradient(value) for value in values],
         tf.int64,
         name="gradmagic_watch_registered",
@@ -361,7 +362,7 @@ def _record_forward(site: OpSite, call: _Call, result: Any, gradient_function: C
         values = [tf.stop_gradient(value) for value in call.inputs + call.outputs]
         if replica is not None:
             values.append(tf.cast(replica[1], tf.int64))
-        call_id = tf.numpy_function(each_run, values, tf.int64, name="gradmagic_watch")
+        call_id = tf.numpy_function(in_callback(each_run), values, tf.int64, name="gradmagic_watch")
         call.inputs = call.outputs = []  # the graph's tensors: each run hands over its values
         result = _after(call_id, result)
     return result, _recording_gradient(gradient_function, site, call_id, call.gradient_names)
@@ -410,7 +411,7 @@ def _record_backward(
         return _delivery.deliver("backward", site, int(identifier), call(list(values)))
 
     values = [tf.convert_to_tensor(call_id, tf.int64)] + [tf.stop_gradient(value) for value in upstream + returned]
-    done = tf.numpy_function(each_run, values, tf.int64, name="gradmagic_watch_gradient")
+    done = tf.numpy_function(in_callback(each_run), values, tf.int64, name="gradmagic_watch_gradient")
     return _after(done, gradients)
 
 
@@ -762,7 +763,7 @@ class _XlaSteps:
         # handed over as tensors where they are (a py_function: no copy to the host), and whether they are finite.
         copies, finite = _snapshot_values(variables)
         started = tf.py_function(
-            lambda *values: before(bool(values[0]), *values[1:]),
+            in_callback(lambda *values: before(bool(values[0]), *values[1:])),
             [finite] + [leaves[i] for i in picked] + copies,
             tf.int64,
             name="gradmagic_watch_xla_step",
