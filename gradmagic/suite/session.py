@@ -59,7 +59,7 @@ class SuiteWatch:
         """Ctrl-Cs that landed in the recordings' callbacks so far (0 before the watch started: none can)."""
         if self.watch is None:
             return 0
-        from gradmagic.frameworks.watching import callback_interrupts
+        from gradmagic.watching import callback_interrupts
 
         return callback_interrupts()
 

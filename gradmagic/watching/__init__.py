@@ -33,7 +33,7 @@ _PER_OP = {
     "surrogate": "name the ops whose gradient is deliberately not the derivative: surrogates={'name', ...}",
 }
 
-__all__ = ["MEMORY_LIMIT", "Watch", "watch"]
+__all__ = ["MEMORY_LIMIT", "Watch", "callback_interrupts", "watch"]
 
 #: The watch running in this process (its recording installed), if any: a watch started inside an `outer` one
 #: pauses it.
