@@ -34,6 +34,13 @@ class OpSite:
     #: of a forward building the op it was taken for under the override, already the op to check (no decorator).
     registered: bool = False
 
+    @classmethod
+    def of(cls, function: Callable, name: str, framework: str = "tensorflow", registered: bool = False) -> OpSite:
+        """The op of `function`, defined where its code is (file and first line; None for what has no code)."""
+        code = getattr(function, "__code__", None)
+        filename, line = (code.co_filename, code.co_firstlineno) if code else (None, None)
+        return cls(function, name, filename, line, framework, registered)
+
 
 @dataclass(frozen=True)
 class Replica:

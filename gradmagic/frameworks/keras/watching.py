@@ -141,9 +141,8 @@ def site_of(function: Callable) -> OpSite | None:
     module = getattr(inner, "__module__", None) or ""
     if module.split(".")[0] in _FRAMEWORK_PACKAGES:
         return None
-    code = getattr(inner, "__code__", None)
     name = str(getattr(inner, "__name__", None) or getattr(function, "__name__", type(function).__name__))
-    return OpSite(inner, name, code.co_filename if code else None, code.co_firstlineno if code else None, "keras")
+    return OpSite.of(inner, name, "keras")
 
 
 class Call:

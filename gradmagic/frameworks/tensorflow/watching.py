@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import inspect
 import threading
@@ -213,10 +214,7 @@ def _registered_taken(name: str, function: Callable) -> Callable:
     innermost = inspect.unwrap(function)
     if _delivery.checks or (getattr(innermost, "__module__", None) or "").split(".")[0] in _FRAMEWORK_PACKAGES:
         return function
-    code = getattr(innermost, "__code__", None)
-    site = OpSite(
-        function, name, code.co_filename if code else None, code.co_firstlineno if code else None, registered=True
-    )
+    site = dataclasses.replace(OpSite.of(innermost, name, registered=True), function=function)
 
     @functools.wraps(function)
     def recording(op, *upstream):
@@ -252,10 +250,13 @@ def _record_registered(site: OpSite, op: Any, upstream: tuple, gradients: Any) -
     inputs, outputs = len(op.inputs), len(op.inputs) + len(op.outputs)
     calls = len(upstream)
 
+    def arguments(given: list[np.ndarray]) -> tuple[tuple, dict]:
+        return tuple(given), {}
+
     def record(values: list, compiled: bool) -> int:
         arrays = [np.asarray(value) for value in values]
-        call = ForwardCall(forward, input_names, arrays[:inputs], output_names, arrays[inputs:outputs],
-                           lambda given: (tuple(given), {}), compiled)
+        call = ForwardCall(forward, input_names, arrays[:inputs], output_names, arrays[inputs:outputs], arguments,
+                           compiled)
         call_id = _delivery.deliver("forward", site, call)
         kept = iter(arrays[outputs + calls:])
         names = tuple(input_names[i] if i < len(input_names) else f"gradient[{i}]" for i in range(len(flat)))
@@ -272,7 +273,7 @@ def _record_registered(site: OpSite, op: Any, upstream: tuple, gradients: Any) -
     if all(shape.rank is not None for shape in shapes):  # checked at inputs made to these where no run hands any over
         dtypes = tuple(np.dtype(value.dtype.as_numpy_dtype) for value in op.inputs)
         traced = TracedCall(forward, input_names, dtypes, tuple(tuple(shape.as_list()) for shape in shapes),
-                            lambda given: (tuple(given), {}), _in_xla())
+                            arguments, _in_xla())
         _delivery.deliver("traced", site, traced)
     if _in_xla():  # XLA cannot call back into Python: the op is checked at inputs of its traced shapes
         return gradients
@@ -315,9 +316,8 @@ def _site(function: Callable) -> OpSite | None:
     module = getattr(innermost, "__module__", None) or ""
     if module.split(".")[0] in _FRAMEWORK_PACKAGES:
         return None
-    code = getattr(innermost, "__code__", None)
     name = getattr(innermost, "__name__", None) or getattr(function, "__name__", type(function).__name__)
-    return OpSite(innermost, name, code.co_filename if code else None, code.co_firstlineno if code else None)
+    return OpSite.of(innermost, name)
 
 
 def _recorded(function: Callable, site: OpSite) -> Callable:
